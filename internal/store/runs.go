@@ -182,6 +182,7 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 	}
 	out.ID = runID
 	t.locked[runID] = true // a row no one else can see yet
+	t.markDirty(runID)     // a run without jobs (or all skipped) ends at once
 
 	hasDependents := map[string]bool{}
 	for _, j := range jobs {
