@@ -48,6 +48,20 @@ var (
 // loudly when no PostgreSQL is available.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, pgTmplName)
+}
+
+// EmptyPostgresURL is PostgresURL without the migrations: a database with
+// no tables at all.
+func EmptyPostgresURL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, func() string { return "template0" })
+}
+
+func pgTmplName() string { return pgTmpl }
+
+func newDatabase(t testing.TB, template func() string) string {
+	t.Helper()
 	pgOnce.Do(setupPostgres)
 	if pgErr != nil && pgMissing {
 		fmt.Fprintf(os.Stderr, skipMessage+"\n", pgErr)
@@ -57,7 +71,7 @@ func PostgresURL(t testing.TB) string {
 		t.Fatalf("PostgreSQL test setup failed: %v", pgErr)
 	}
 	name := "kiln_t_" + randomHex(6)
-	if err := adminExec(fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, pgTmpl)); err != nil {
+	if err := adminExec(fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, template())); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {
