@@ -10,8 +10,8 @@ import (
 
 // frame is the envelope of every WebSocket text message.
 type frame struct {
-	Type string          `json:"type"`
-	Seq  uint64          `json:"seq,omitempty"`
+	Type string            `json:"type"`
+	Seq  uint64            `json:"seq,omitempty"`
 	Data gojson.RawMessage `json:"data,omitempty"`
 }
 
