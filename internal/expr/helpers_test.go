@@ -74,7 +74,7 @@ func mustParse(t testing.TB, src string) *Expr {
 	t.Helper()
 	e, err := Parse(src)
 	if err != nil {
-		t.Fatalf("Parse(%q): %v", src, err)
+		t.Fatalf("Parse(%.60q): %v", src, err)
 	}
 	return e
 }
@@ -83,7 +83,7 @@ func mustTemplate(t testing.TB, src string) *Template {
 	t.Helper()
 	tm, err := ParseTemplate(src)
 	if err != nil {
-		t.Fatalf("ParseTemplate(%q): %v", src, err)
+		t.Fatalf("ParseTemplate(%.60q): %v", src, err)
 	}
 	return tm
 }

@@ -132,7 +132,7 @@ func (ev *evaluator) renderValue(b []byte, e *Expr, limit int) ([]byte, *Error) 
 	}
 	b, aerr := appendString(b, v, limit)
 	if aerr != nil {
-		return nil, errorf(e.pos, "the rendered text is longer than the limit of %d bytes", limit)
+		return nil, errorf(e.pos, "the rendered text is longer than the limit of %d bytes", ev.limits.MaxStringBytes)
 	}
 	return b, nil
 }

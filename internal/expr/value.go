@@ -191,6 +191,8 @@ func appendString(b []byte, v any, limit int) ([]byte, error) {
 			return b, errTooLong
 		}
 		return append(b, x...), nil
+	case float64:
+		return formatNumber(b, x), nil
 	}
 	b = appendJSON(b, v, 0, limit)
 	if len(b) > limit {
