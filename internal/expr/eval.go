@@ -49,7 +49,8 @@ type Env struct {
 // Eval evaluates the expression. Missing contexts, properties and indexes
 // are nil; type errors that the checker would have reported (ordering a
 // bool, a bad function argument), an unknown function and exceeding the
-// limits are errors (*Error).
+// limits are errors (*Error). The value may share memory with env.Contexts;
+// callers must not modify it.
 func (e *Expr) Eval(env *Env) (_ any, err error) {
 	defer guard(&err)
 	v, eerr := newEvaluator(env).eval(e.root)

@@ -162,15 +162,39 @@ func (p *parser) tooDeep(n node) *Error {
 	return nil
 }
 
-func (p *parser) or() (node, *Error) { return p.logic(tOr) }
+// Precedence levels, lowest first: || && (== !=) (< <= > >=), then unary.
+const (
+	levelOr = iota
+	levelAnd
+	levelEq
+	levelCmp
+	levelUnary
+)
 
-// logic parses a chain of || (op == tOr) or && (op == tAnd) into one flat node.
-func (p *parser) logic(op tokKind) (node, *Error) {
-	operand := p.and
-	if op == tAnd {
-		operand = p.eq
+var (
+	eqOps  = []tokKind{tEq, tNe}
+	cmpOps = []tokKind{tLt, tLe, tGt, tGe}
+)
+
+func (p *parser) or() (node, *Error) { return p.level(levelOr) }
+
+func (p *parser) level(l int) (node, *Error) {
+	switch l {
+	case levelOr:
+		return p.logic(tOr, levelAnd)
+	case levelAnd:
+		return p.logic(tAnd, levelEq)
+	case levelEq:
+		return p.binary(eqOps, levelCmp)
+	case levelCmp:
+		return p.binary(cmpOps, levelUnary)
 	}
-	first, err := operand()
+	return p.unary()
+}
+
+// logic parses a chain of || or && (op) into one flat node.
+func (p *parser) logic(op tokKind, operand int) (node, *Error) {
+	first, err := p.level(operand)
 	if err != nil || p.tok.kind != op {
 		return first, err
 	}
@@ -179,7 +203,7 @@ func (p *parser) logic(op tokKind) (node, *Error) {
 		if err := p.advance(); err != nil {
 			return nil, err
 		}
-		n, err := operand()
+		n, err := p.level(operand)
 		if err != nil {
 			return nil, err
 		}
@@ -190,19 +214,9 @@ func (p *parser) logic(op tokKind) (node, *Error) {
 	return n, nil
 }
 
-func (p *parser) and() (node, *Error) { return p.logic(tAnd) }
-
-func (p *parser) eq() (node, *Error) {
-	return p.binary(p.cmp, tEq, tNe)
-}
-
-func (p *parser) cmp() (node, *Error) {
-	return p.binary(p.unary, tLt, tLe, tGt, tGe)
-}
-
 // binary parses a left-associative chain of the given comparison operators.
-func (p *parser) binary(operand func() (node, *Error), ops ...tokKind) (node, *Error) {
-	l, err := operand()
+func (p *parser) binary(ops []tokKind, operand int) (node, *Error) {
+	l, err := p.level(operand)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +225,7 @@ func (p *parser) binary(operand func() (node, *Error), ops ...tokKind) (node, *E
 		if err := p.advance(); err != nil {
 			return nil, err
 		}
-		r, err := operand()
+		r, err := p.level(operand)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,8 @@
 package expr
 
 import (
+	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -66,7 +68,7 @@ func (t *Template) IsLiteral() bool { return len(t.exprs) == 0 }
 
 // Exprs returns the template's expressions in order. Their offsets are into
 // the template's source.
-func (t *Template) Exprs() []*Expr { return t.exprs }
+func (t *Template) Exprs() []*Expr { return slices.Clone(t.exprs) }
 
 // Check type-checks every expression of the template and returns all errors.
 func (t *Template) Check(s *Scope) (errs []*Error) {
@@ -178,7 +180,7 @@ func (t *Template) substitute(env *Env, prefix string) (string, []Var, *Error) {
 			return "", nil, err
 		}
 		budget -= len(buf)
-		if strings.IndexByte(string(buf), 0) >= 0 {
+		if bytes.IndexByte(buf, 0) >= 0 {
 			return "", nil, errorf(s.expr.pos, "the value contains a NUL byte, which an environment variable cannot hold")
 		}
 		name := prefix + strconv.Itoa(len(vars)+1)
