@@ -196,7 +196,7 @@ func (c *checker) call(n *callNode) Type {
 	}
 	switch {
 	case f.status && !c.scope.StatusFuncs:
-		c.errorf(n.pos, "%s() is only available in a step's if:", f.name)
+		c.errorf(n.pos, "%s() is only available in steps (a step's if:, env and run)", f.name)
 	case f.hash && !c.scope.HashFiles:
 		c.errorf(n.pos, "hashFiles() is only available in a step's env, run and working_directory and in cache keys")
 	}

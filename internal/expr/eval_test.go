@@ -279,3 +279,15 @@ func TestToString(t *testing.T) {
 		t.Errorf("deep value rendered as %.60q… (%d bytes)", s, len(s))
 	}
 }
+
+func TestCallsStatusFunc(t *testing.T) {
+	for src, want := range map[string]bool{
+		"always()": true, "event.branch == 'main' && FAILURE()": true, "!cancelled()": true,
+		"contains(format('{0}', success()), 'true')": true, "x[success()]": true,
+		"event.branch == 'main'": false, "success": false, "contains(a, 'success()')": false,
+	} {
+		if got := mustParse(t, src).CallsStatusFunc(); got != want {
+			t.Errorf("CallsStatusFunc(%q) = %v, want %v", src, got, want)
+		}
+	}
+}

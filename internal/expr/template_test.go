@@ -136,3 +136,51 @@ func TestSubstituteHostileBranchShell(t *testing.T) {
 		t.Fatal("unquoted reference was executed")
 	}
 }
+
+// The examples in docs/expressions.md parse, check and evaluate as the page
+// says.
+func TestDocExamples(t *testing.T) {
+	s := stepScope()
+	s.HashFiles = true
+	for _, src := range []string{
+		"deploy-${{ event.branch }}",
+		"${{ event.branch == 'main' && needs.build.outputs.version != '' }}",
+		"./deploy.sh \"${{ inputs.target || 'staging' }}\" \"${{ needs.build.outputs.version }}\"",
+		"golang:${{ matrix.go }}", "gomod-${{ hashFiles('go.sum') }}",
+		"${{ format('{0}}}', event.sha) }}",
+		"${{ env[format('{0}_TOKEN', matrix.target)] }}",
+		"${{ needs['build (1.26)'].outputs.version }} ${{ needs.build-linux.result }}",
+		"${{ contains(event.message, '[deploy]') }} ${{ contains(event.changed_files, 'go.sum') }}",
+		"${{ startsWith(event.ref, 'refs/tags/v') }}",
+		"${{ format('registry.example.com/{0}:{1}', event.repository, event.sha) }}",
+		"${{ env.OPTIONAL || 'default' }}",
+	} {
+		tm := mustTemplate(t, src)
+		if errs := tm.Check(s); len(errs) != 0 {
+			t.Errorf("Check(%q): %v", src, errs)
+		}
+		if _, err := tm.Render(testEnv()); err != nil {
+			t.Errorf("Render(%q): %v", src, err)
+		}
+	}
+	for src, want := range map[string]string{
+		"${{ format('{0}}}', 'x') }}":                                    "x}",
+		"${{ 1 == '1' }} ${{ 0 == false }} ${{ null == '' }}":            "false false false",
+		"${{ 'Main' == 'main' }} ${{ 1 == 1.0 }} ${{ 0x10 == 16 }}":      "false true true",
+		"${{ 'B' < 'a' }} ${{ '10' < '9' }} ${{ startsWith(1234, 12) }}": "true true true",
+		"${{ !'false' }} ${{ !'0' }} ${{ !needs.test.outputs }}":         "false false false",
+		"${{ 3 }} ${{ -42 }} ${{ 1.5 }} ${{ 0.1 }} ${{ 0.0000001 }}":     "3 -42 1.5 0.1 1e-07",
+	} {
+		got, err := mustTemplate(t, src).Render(testEnv())
+		if err != nil || got != want {
+			t.Errorf("Render(%q) = %q, %v; want %q", src, got, err, want)
+		}
+	}
+	e := mustParse(t, "event.Branch")
+	if _, errs := e.Check(s); len(errs) != 1 {
+		t.Error("property names are not case-sensitive to the checker")
+	}
+	if v, _ := e.Eval(testEnv()); v != nil {
+		t.Errorf("event.Branch = %v, want null", v)
+	}
+}
