@@ -50,6 +50,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 		{"nul byte", "on: push\x00\n", "invalid YAML: control characters are not allowed"},
 		{"non-string key", "on: push\njobs:\n  [a, b]: {steps: [{run: x}]}\n", "3:3: keys in jobs must be plain strings, not a list"},
 		{"null key", "on: push\n~: 1\njobs: {a: {steps: [{run: x}]}}\n", "2:1: keys in the workflow must be plain strings, not nothing (null)"},
+		{"unclosed bracket", "on: push\nname: [1, 2\njobs: {}\n", "2:1: invalid YAML: did not find expected ',' or ']' in the mapping or list that starts here"},
 		{"unclosed quote", "on: push\nname: \"ci\njobs: {}\n", "invalid YAML:"},
 	}
 	for _, c := range cases {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/expr"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -18,11 +19,11 @@ type Job struct {
 	Needs []Need
 	// If is the job's condition, evaluated once its needs are met; nil
 	// means run whenever the needs are met.
-	If Cond
+	If *expr.Expr
 	// RunsOn lists labels an agent must all carry; ExcludeLabels, labels it
 	// must carry none of. Both may hold expressions.
-	RunsOn        []Text
-	ExcludeLabels []Text
+	RunsOn        []*expr.Template
+	ExcludeLabels []*expr.Template
 	Env           []EnvVar
 	Matrix        *Matrix // nil for a job without a matrix
 	Variants      []Variant
@@ -160,13 +161,13 @@ const MaxLabels = kiln.MaxLabels
 
 // labels reads runs_on or exclude_labels: label names, which may hold
 // expressions (rendered when the job is enqueued).
-func (p *parser) labels(n *yaml.Node, key string, j *Job) []Text {
+func (p *parser) labels(n *yaml.Node, key string, j *Job) []*expr.Template {
 	items, _ := p.strList(n, key)
 	if len(items) > MaxLabels {
 		p.errorf(n, "%s: %d labels; at most %d", key, len(items), MaxLabels)
 		return nil
 	}
-	var out []Text
+	var out []*expr.Template
 	for _, it := range items {
 		if !strings.Contains(it.Value, "${{") {
 			if err := kiln.ValidateLabels([]string{it.Value}); err != nil || strings.TrimSpace(it.Value) == "" {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kilnci/kiln/internal/expr"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -19,12 +20,17 @@ type Matrix struct {
 	MaxParallel int
 	// FailFast cancels the remaining children when one fails (default true).
 	FailFast bool
+
+	templates map[string]*expr.Template // parsed values, by key + "\x00" + value
 }
 
-// KV is one matrix key and its value (as written: `go: 1.20` is "1.20").
+// KV is one matrix key and its value, as written (`go: 1.20` is "1.20").
+// A matrix value may hold expressions: Template renders it (for a literal
+// value, to Value itself).
 type KV struct {
-	Key   string
-	Value string
+	Key      string
+	Value    string
+	Template *expr.Template
 }
 
 // Variant is one job to run: a matrix child, or a plain job's only variant.
@@ -72,7 +78,7 @@ func (p *parser) parseMatrix(j *Job, at *yaml.Node, f map[string]pair) {
 		j.Variants = []Variant{{Name: j.ID}}
 		return
 	}
-	m := &Matrix{FailFast: true}
+	m := &Matrix{FailFast: true, templates: map[string]*expr.Template{}}
 	ok := true
 	var exNodes []*yaml.Node
 	if hasMatrix {
@@ -152,7 +158,10 @@ func (p *parser) matrixDims(m *Matrix, n *yaml.Node, j *Job) bool {
 				ok = false
 				continue
 			}
-			vals = append(vals, p.text(it, "matrix."+pr.key, LocMatrixValue, j))
+			if t := p.text(it, "matrix."+pr.key, LocMatrixValue, j); t != nil {
+				m.templates[pr.key+"\x00"+it.Value] = t
+			}
+			vals = append(vals, it.Value)
 		}
 		m.Keys = append(m.Keys, pr.key)
 		m.Values = append(m.Values, vals)
@@ -194,6 +203,11 @@ func (p *parser) matrixEntries(n *yaml.Node, key string, m *Matrix, ok bool) ([]
 			}
 			if pr.v.Kind != yaml.ScalarNode || isNull(pr.v) {
 				p.errorf(pr.v, "%s: the value of %s must be a string or number, not %s", key, pr.key, describe(pr.v))
+				ok = false
+				continue
+			}
+			if strings.Contains(pr.v.Value, "${{") {
+				p.errorf(pr.v, "%s: expressions are not allowed here; %s values are compared as written", key, key)
 				ok = false
 				continue
 			}
@@ -242,7 +256,7 @@ func (p *parser) expand(id string, m *Matrix, at *yaml.Node, exNodes []*yaml.Nod
 		var parts []string
 		for _, k := range order {
 			if val, ok := c[k]; ok {
-				v.Values = append(v.Values, KV{Key: k, Value: val})
+				v.Values = append(v.Values, KV{Key: k, Value: val, Template: m.template(k, val)})
 				parts = append(parts, val)
 			}
 		}
@@ -255,6 +269,16 @@ func (p *parser) expand(id string, m *Matrix, at *yaml.Node, exNodes []*yaml.Nod
 		out = append(out, v)
 	}
 	return out
+}
+
+// template returns the parsed value of a matrix key (a literal for values
+// added by include:, which never hold expressions).
+func (m *Matrix) template(key, val string) *expr.Template {
+	if t, ok := m.templates[key+"\x00"+val]; ok {
+		return t
+	}
+	t, _ := expr.ParseTemplate(val) // no ${{: cannot fail
+	return t
 }
 
 // product enumerates every combination of the matrix keys.

@@ -3,6 +3,7 @@ package workflow
 import (
 	"slices"
 
+	"github.com/kilnci/kiln/internal/expr"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -12,7 +13,7 @@ import (
 
 // Container is the image a job's steps would run in.
 type Container struct {
-	Image Text
+	Image *expr.Template
 	Env   []EnvVar
 }
 
@@ -30,7 +31,7 @@ type Amount struct {
 
 // Cache is one cache a job would restore before its steps and save after.
 type Cache struct {
-	Key         Text
+	Key         *expr.Template
 	Paths       []string
 	RestoreKeys []string
 }

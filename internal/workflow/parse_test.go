@@ -50,7 +50,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("workflow timeout = %v, want none", w.Timeout)
 	}
 	j := w.Job("b")
-	if j == nil || j.OnAgentLost != "retry" || !j.Checkout || j.Timeout != 0 || j.Matrix != nil || j.If != "" {
+	if j == nil || j.OnAgentLost != "retry" || !j.Checkout || j.Timeout != 0 || j.Matrix != nil || j.If != nil {
 		t.Fatalf("job defaults wrong: %+v", j)
 	}
 	if len(j.Variants) != 1 || j.Variants[0].Name != "b" || j.Variants[0].Values != nil {
@@ -201,7 +201,7 @@ func TestValuesAsWritten(t *testing.T) {
 	w := mustParse(t, "v.yml", "on: push\nenv: {A: 0, B: true, C: 1.20, D: }\njobs:\n  t:\n    matrix: {go: [1.20, 1.3]}\n    steps: [{run: x}]\n")
 	var env []string
 	for _, e := range w.Env {
-		env = append(env, e.Name+"="+e.Value)
+		env = append(env, e.Name+"="+e.Value.Source())
 	}
 	if !slices.Equal(env, []string{"A=0", "B=true", "C=1.20", "D="}) {
 		t.Errorf("env = %v", env)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/expr"
 )
 
 // MarshalJSON renders the normalized plan for people and golden files:
@@ -185,7 +186,7 @@ func planEnvOf(env []EnvVar) []planEnv {
 	return out
 }
 
-func sources(ts []Text) []string {
+func sources(ts []*expr.Template) []string {
 	var out []string
 	for _, t := range ts {
 		out = append(out, textSource(t))
@@ -200,8 +201,19 @@ func dur(d time.Duration) string {
 	return d.String()
 }
 
-func textSource(t Text) string { return t }
-func condSource(c Cond) string { return c }
+func textSource(t *expr.Template) string {
+	if t == nil {
+		return ""
+	}
+	return t.Source()
+}
+
+func condSource(c *expr.Expr) string {
+	if c == nil {
+		return ""
+	}
+	return c.String()
+}
 
 // kvList renders ordered key/value pairs as one JSON object, keys in order.
 type kvList []KV

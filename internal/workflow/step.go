@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kilnci/kiln/internal/expr"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -20,13 +21,13 @@ type Step struct {
 	// Run is the script. The agent never pastes an expression's value into
 	// it: each ${{ }} becomes a reference to an environment variable holding
 	// the value.
-	Run Text
+	Run *expr.Template
 	// Shell is "sh" (the default) or "bash"; ShellArgs gives the command.
 	Shell string
 	// If is the step's condition; nil means success().
-	If               Cond
+	If               *expr.Expr
 	Env              []EnvVar
-	WorkingDirectory Text // relative to the workspace; empty: the workspace
+	WorkingDirectory *expr.Template // relative to the workspace; nil: the workspace
 	// Timeout bounds each attempt of the step; default DefaultStepTimeout.
 	Timeout         time.Duration
 	Retry           Retry
@@ -188,10 +189,10 @@ func firstLine(s string) string {
 }
 
 // workdir reads working_directory: a path inside the workspace.
-func (p *parser) workdir(n *yaml.Node, j *Job) Text {
+func (p *parser) workdir(n *yaml.Node, j *Job) *expr.Template {
 	s, ok := p.str(n, "working_directory")
 	if !ok {
-		return ""
+		return nil
 	}
 	if !strings.Contains(s, "${{") {
 		clean := path.Clean(s)

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/kilnci/kiln/internal/expr"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -49,7 +50,7 @@ func posOf(n *yaml.Node) Pos { return Pos{Line: n.Line, Col: n.Column} }
 
 // Concurrency groups runs (not supported yet).
 type Concurrency struct {
-	Group            Text
+	Group            *expr.Template
 	CancelInProgress bool
 }
 
@@ -175,7 +176,7 @@ func (p *parser) notSupported(pr pair) {
 // EnvVar is one environment variable; its value may hold expressions.
 type EnvVar struct {
 	Name  string
-	Value Text
+	Value *expr.Template
 }
 
 // parseEnv reads an env: mapping of variable names to scalar values.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -138,14 +139,18 @@ var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // yamlError turns a YAML library error into a positioned sentence, with a
 // hint for the mistakes people make most.
+//
+// The library reports scanner errors at their line, but parser errors
+// ("did not find expected …") at the 0-based line where the enclosing
+// mapping or list starts; those get one added and say so.
 func (p *parser) yamlError(err error) {
 	msg := err.Error()
-	line := 1
+	line := 0
 	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
-	} else if len(msg) > 6 && msg[:6] == "yaml: " {
-		msg = msg[6:]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
 	if tl, tc, ok := p.indentTab(); ok {
 		p.errorAt(tl, tc, "a tab is used for indentation; YAML indents with spaces only")
@@ -153,14 +158,25 @@ func (p *parser) yamlError(err error) {
 	}
 	hint := ""
 	switch {
+	case parserProblems[msg]:
+		line++
+		hint = " in the mapping or list that starts here (check the indentation and the brackets below this line)"
 	case msg == "mapping values are not allowed in this context":
 		hint = " (a value containing \": \" must be quoted)"
-	case msg == "did not find expected key" || msg == "did not find expected '-' indicator":
-		hint = " (check the indentation of this line and the one before)"
-	case bytes.Contains([]byte(msg), []byte("cannot start any token")):
+	case strings.Contains(msg, "cannot start any token"):
 		hint = " (a value starting with @, ` or % must be quoted)"
 	}
-	p.errorAt(line, 1, "invalid YAML: %s%s", msg, hint)
+	p.errorAt(max(line, 1), 1, "invalid YAML: %s%s", msg, hint)
+}
+
+// parserProblems are the YAML library's parser (not scanner) errors.
+var parserProblems = map[string]bool{
+	"did not find expected key":              true,
+	"did not find expected node content":     true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected <document start>": true,
 }
 
 // indentTab finds the first line whose indentation contains a tab. It is
