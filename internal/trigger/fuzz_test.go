@@ -78,8 +78,8 @@ func FuzzFromGitHub(f *testing.F) {
 			ev, err := normalize(event, body)
 			switch {
 			case err == nil:
-				if !ev.Name.Valid() || ev.SHA == "" || ev.Repository == "" {
-					t.Fatalf("incomplete event %+v", ev)
+				if err := Validate(ev); err != nil || ev.SHA == "" || ev.Repository == "" {
+					t.Fatalf("normalized event does not validate (%v): %+v", err, ev)
 				}
 				if ev.ChangedFilesStatus == kiln.ChangedFilesFetched && len(ev.ChangedFiles) == 0 && ev.Name != kiln.EventPush {
 					t.Fatalf("fetched files on %s", ev.Name)

@@ -221,15 +221,19 @@ func fillRepo(forge, event string, ev *kiln.Event, r *repo) error {
 	return nil
 }
 
+// actor is who caused the event: the sender's login, else the pusher's
+// name; "" when the forge sent nothing presentable.
 func actor(sender *user, pusher *struct{ Name, Login, Username string }) string {
-	if sender != nil && sender.Login != "" {
-		return sender.Login
+	var candidates []string
+	if sender != nil {
+		candidates = append(candidates, sender.Login)
 	}
 	if pusher != nil {
-		for _, s := range []string{pusher.Login, pusher.Username, pusher.Name} {
-			if s != "" {
-				return s
-			}
+		candidates = append(candidates, pusher.Login, pusher.Username, pusher.Name)
+	}
+	for _, s := range candidates {
+		if s != "" && cleanText("actor", s, 256) == nil {
+			return s
 		}
 	}
 	return ""

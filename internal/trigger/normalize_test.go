@@ -80,6 +80,9 @@ func TestFromGitHubRealPayloads(t *testing.T) {
 
 func assertEvent(t *testing.T, got, want *kiln.Event) {
 	t.Helper()
+	if err := Validate(got); err != nil {
+		t.Errorf("normalized event does not validate: %v", err)
+	}
 	g, _ := json.Marshal(got)
 	w, _ := json.Marshal(want)
 	if string(g) != string(w) {
@@ -229,5 +232,38 @@ func TestIgnoredEvents(t *testing.T) {
 	}
 	if _, err := FromGitHub("push", pushBody(1, func(p map[string]any) { p["ref"] = "refs/notes/commits" })); !IsIgnored(err) {
 		t.Errorf("notes ref: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	sha := strings.Repeat("a", 40)
+	good := []*kiln.Event{
+		{Name: "push", Branch: "main", SHA: sha},
+		{Name: "dispatch", SHA: sha, Branch: "main"},
+		{Name: "schedule", Schedule: "@daily"},
+		{Name: "pull_request", Action: "opened", PR: &kiln.PR{Number: 1}},
+	}
+	for _, ev := range good {
+		if err := Validate(ev); err != nil {
+			t.Errorf("%+v: %v", ev, err)
+		}
+	}
+	bad := map[string]*kiln.Event{
+		"no valid name":                 {Name: "merge"},
+		"is not a commit id":            {Name: "push", Branch: "main", SHA: "HEAD"},
+		"a push event needs a branch":   {Name: "push"},
+		"a tag event needs a tag":       {Name: "tag"},
+		"needs an action":               {Name: "pull_request", PR: &kiln.PR{Number: 1}},
+		"needs the cron":                {Name: "schedule"},
+		"control characters":            {Name: "push", Branch: "a\x00b"},
+		"is not fetched or unavailable": {Name: "dispatch", ChangedFilesStatus: "maybe"},
+	}
+	for want, ev := range bad {
+		if err := Validate(ev); err == nil || !strings.Contains(err.Error(), want) || kiln.ErrorCode(err) != kiln.CodeInvalid {
+			t.Errorf("%+v: err = %v, want %q", ev, err, want)
+		}
+	}
+	if err := Validate(nil); err == nil {
+		t.Error("nil event validates")
 	}
 }

@@ -143,6 +143,10 @@ func (p *parser) duration(n *yaml.Node, key string) (time.Duration, bool) {
 		p.errorf(n, "%s: %s has no unit; write it like %ss or %sm", key, n.Value, n.Value, n.Value)
 		return 0, false
 	}
+	if strings.Contains(n.Value, "${{") {
+		p.errorf(n, "%s: expressions are not supported in durations yet; write a duration like 30m", key)
+		return 0, false
+	}
 	d, err := time.ParseDuration(strings.TrimSpace(n.Value))
 	if err != nil {
 		p.errorf(n, "%s: %q is not a duration; write it like 30s, 10m or 1h30m (units: ms, s, m, h)", key, n.Value)
