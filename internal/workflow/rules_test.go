@@ -50,7 +50,7 @@ func TestRules(t *testing.T) {
 		{"duration garbage", job("    timeout: soon\n" + okSteps), `4:14: timeout: "soon" is not a duration`},
 		{"duration zero", job("    timeout: 0s\n" + okSteps), "4:14: timeout: must be longer than zero"},
 		{"duration negative", job("    steps: [{run: x, timeout: -5m}]\n"), "4:31: timeout: must be longer than zero"},
-		{"duration expression", job("    timeout: ${{ inputs.t }}\n"+okSteps), "4:14: timeout: expressions are not supported in durations yet"},
+		{"duration expression", job("    timeout: ${{ inputs.t }}\n" + okSteps), "4:14: timeout: expressions are not supported in durations yet"},
 		{"days are not a unit", "on: push\ntimeout: 2d\njobs: {a: {steps: [{run: x}]}}\n", `2:10: timeout: "2d" is not a duration`},
 		// retry and step enums
 		{"retry range", job("    steps: [{run: x, retry: 0}]\n"), "4:29: retry: 0 is out of range"},
