@@ -16,7 +16,9 @@ var giteaActions = map[string]string{
 // FromGitea normalizes a Gitea (or Forgejo) webhook delivery: eventType is
 // the X-Gitea-Event header. Gitea's payloads follow GitHub's; the
 // differences are its action words ("synchronized") and total_commits,
-// which says when the commit list of a push was cut short.
+// which says when the commit list of a push was cut short. Gitea does not
+// flag forced pushes, so the changed files of a forced push are those of
+// its new commits.
 func FromGitea(eventType string, body []byte) (*kiln.Event, error) {
 	switch eventType {
 	case "push":

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	yaml "go.yaml.in/yaml/v3"
 )
 
 // mustParse parses src as file and fails the test on any error.
@@ -218,4 +219,4 @@ func TestErrorListIsKilnInvalid(t *testing.T) {
 	}
 }
 
-func scalar(v, tag string) *yamlNode { return &yamlNode{Kind: yamlScalar, Tag: tag, Value: v} }
+func scalar(v, tag string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }

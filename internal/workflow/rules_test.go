@@ -197,7 +197,6 @@ func TestParseCPUs(t *testing.T) {
 	if w != nil || err == nil {
 		t.Fatal("resources parsed without the not-supported error")
 	}
-	p := newParser("x", nil)
 	for _, c := range []struct {
 		src  string
 		tag  string
@@ -214,5 +213,4 @@ func TestParseCPUs(t *testing.T) {
 			t.Errorf("parseCPUs(%q) succeeded", bad)
 		}
 	}
-	_ = p
 }
