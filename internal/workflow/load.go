@@ -83,6 +83,11 @@ func LoadDir(repoRoot string) ([]*Workflow, error) {
 // readFile reads a workflow file, refusing one over MaxFileSize without
 // reading it all.
 func readFile(path, rel string) ([]byte, *Error) {
+	// Stat first (following symlinks): opening a FIFO or a device would block
+	// or read forever.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, &Error{File: rel, Line: 1, Col: 1, Msg: "not a regular file; a workflow file must be a plain file"}
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &Error{File: rel, Line: 1, Col: 1, Msg: fmt.Sprintf("cannot read the file: %v", errors.Unwrap(err))}

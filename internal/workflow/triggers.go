@@ -63,6 +63,7 @@ var pullRequestTypes = []string{
 // names, or a mapping of names to filters.
 func (p *parser) parseOn(n *yaml.Node) Triggers {
 	var t Triggers
+	errsBefore := len(p.errs)
 	switch n.Kind {
 	case yaml.ScalarNode, yaml.SequenceNode:
 		items, _ := p.strList(n, "on")
@@ -78,7 +79,7 @@ func (p *parser) parseOn(n *yaml.Node) Triggers {
 		p.errorf(n, "on: expected a trigger name, a list or a mapping, found %s", describe(n))
 		return t
 	}
-	if len(t.Order) == 0 && len(p.errs) == 0 {
+	if len(t.Order) == 0 && len(p.errs) == errsBefore {
 		p.errorf(n, "on: names no trigger, so the workflow would never run (use on: dispatch for manual runs only)")
 	}
 	return t
