@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -74,7 +75,11 @@ func (p *parser) checkExpressions() {
 		}
 		for _, e := range errs {
 			line, col := p.exprPos(s.n, e.Offset)
-			p.errorAt(line, col, "%s: %s", s.key, e.Msg)
+			msg := e.Msg
+			if s.job != nil && s.job.Matrix == nil && strings.HasPrefix(msg, "matrix has no field") {
+				msg += fmt.Sprintf(" (job %q has no matrix)", s.job.ID)
+			}
+			p.errorAt(line, col, "%s: %s", s.key, msg)
 		}
 	}
 }

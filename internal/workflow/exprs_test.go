@@ -31,6 +31,7 @@ func TestExpressionContexts(t *testing.T) {
 		{"step if: status functions and job", head + "jobs:\n  a:\n    steps:\n      - {if: \"failure() && job.status == 'failure'\", run: x}\n", ""},
 		{"step if: no hashFiles", head + "jobs:\n  a:\n    steps:\n      - {if: \"hashFiles('x') != ''\", run: x}\n", "5:15: if: hashFiles() is only available"},
 		{"step run: everything", head + "jobs:\n  a:\n    matrix: {v: [x]}\n    steps:\n      - run: echo ${{ hashFiles('go.sum') }} ${{ job.name }} ${{ matrix.v }} ${{ success() }}\n", ""},
+		{"matrix in a job without one", head + "jobs:\n  a:\n    steps:\n      - run: echo ${{ matrix.os }}\n", `5:30: run: matrix has no field "os" (job "a" has no matrix)`},
 		{"step working_directory", head + "jobs:\n  a:\n    steps:\n      - {run: x, working_directory: \"${{ inputs.nope }}\"}\n", `5:49: working_directory: inputs has no field "nope"; its fields are flag, n, who`},
 		{"needs only what is needed", head + "jobs:\n  a: {steps: [{run: x}]}\n  b: {steps: [{run: x}]}\n  c: {needs: a, if: needs.b.result == 'success', steps: [{run: x}]}\n", `5:27: if: needs has no field "b"`},
 		{"needs a matrix child", head + "jobs:\n  t: {matrix: {go: [\"1.26\"]}, steps: [{run: x}]}\n  c: {needs: t, if: \"needs['t (1.26)'].outputs.v == 'x'\", steps: [{run: x}]}\n", ""},
