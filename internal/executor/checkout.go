@@ -208,6 +208,7 @@ func (g *gitRunner) output(dir string, args ...string) (string, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	g.exitCode = cmd.ProcessState.ExitCode()
 	if err != nil {
 		if g.e.isForced() {
 			g.stop = stopCancel

@@ -25,9 +25,10 @@ type masker struct {
 
 // newMasker builds a masker for the given secret values. A multi-line
 // value is masked line by line (log lines never contain a newline). Each
-// value is also masked in its base64 form (padding stripped) and its URL
-// query and path escapings, the forms a script most often prints it in by
-// accident.
+// value is also masked in its base64 form (the whole encoding without
+// padding, and the part that stays the same whatever bytes follow the
+// value) and its URL query and path escapings, the forms a script most
+// often prints it in by accident.
 func newMasker(secrets []string) *masker {
 	seen := map[string]bool{}
 	m := &masker{}
@@ -43,6 +44,9 @@ func newMasker(secrets []string) *masker {
 		for _, line := range strings.Split(s, "\n") {
 			line = strings.TrimSuffix(line, "\r")
 			add(line)
+			// The encoding of whole 3-byte groups does not depend on what
+			// follows the value (echo's newline, say); the rest does.
+			add(base64.StdEncoding.EncodeToString([]byte(line[:len(line)/3*3])))
 			add(strings.TrimRight(base64.StdEncoding.EncodeToString([]byte(line)), "="))
 			add(url.QueryEscape(line))
 			add(url.PathEscape(line))

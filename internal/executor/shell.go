@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 )
@@ -16,13 +15,14 @@ const exprVarPrefix = "KILN_EXPR_"
 //	"bash"      bash --noprofile --norc -eo pipefail <script>
 //	other       the value split on spaces, "{0}" replaced by the script
 //	            path, or the path appended when there is no "{0}"
-//	            (e.g. "python3 {0}", "node", "bash -x {0}")
-func shellArgv(shell, script string) ([]string, error) {
+//	            (e.g. "python3 {0}", "node", "bash -x {0}"; "{0}" alone runs
+//	            the script itself, by its #! line)
+func shellArgv(shell, script string) []string {
 	switch strings.TrimSpace(shell) {
 	case "", "sh":
-		return []string{"sh", "-e", script}, nil
+		return []string{"sh", "-e", script}
 	case "bash":
-		return []string{"bash", "--noprofile", "--norc", "-eo", "pipefail", script}, nil
+		return []string{"bash", "--noprofile", "--norc", "-eo", "pipefail", script}
 	}
 	fields := strings.Fields(shell)
 	replaced := false
@@ -35,10 +35,7 @@ func shellArgv(shell, script string) ([]string, error) {
 	if !replaced {
 		fields = append(fields, script)
 	}
-	if strings.HasPrefix(fields[0], "{") {
-		return nil, fmt.Errorf("shell %q does not start with a program", shell)
-	}
-	return fields, nil
+	return fields
 }
 
 // shFamily reports whether the step's shell reads `${NAME}` as a variable

@@ -109,10 +109,7 @@ func (e *Execution) prepare(i int, st *Step, js *jobState, ev *evalEnv) (*prepar
 	if err != nil {
 		return nil, err
 	}
-	argv, err := shellArgv(st.Shell, path)
-	if err != nil {
-		return nil, err
-	}
+	argv := shellArgv(st.Shell, path)
 
 	env := newEnvMap(e.x.baseEnv)
 	env["CI"] = "true"
