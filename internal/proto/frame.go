@@ -1,0 +1,95 @@
+package proto
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	gojson "github.com/goccy/go-json"
+)
+
+// frame is the envelope of every WebSocket text message.
+type frame struct {
+	Type string            `json:"type"`
+	Seq  uint64            `json:"seq,omitempty"`
+	Data gojson.RawMessage `json:"data,omitempty"`
+}
+
+// DecodeError is why a frame was refused; Code is one of the Err* codes and
+// Message a sentence safe to send back to the peer.
+type DecodeError struct {
+	Code    string
+	Message string
+}
+
+func (e *DecodeError) Error() string { return e.Code + ": " + e.Message }
+
+// Frames are encoded and decoded with goccy/go-json, a drop-in replacement
+// for encoding/json that decodes log frames about four times faster
+// (BenchmarkDecodeLog50); the wire format is plain JSON either way.
+
+// Encode renders a message as a frame. seq must be set (≥ 1) for durable
+// message types and zero for the others.
+func Encode(seq uint64, m Message) ([]byte, error) {
+	data, err := gojson.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
+	}
+	if Durable(m.Type()) != (seq > 0) {
+		return nil, fmt.Errorf("encode %s: seq %d is wrong for this message type", m.Type(), seq)
+	}
+	out, err := gojson.Marshal(frame{Type: m.Type(), Seq: seq, Data: data})
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
+	}
+	if len(out) > MaxFrameBytes {
+		return nil, fmt.Errorf("encode %s: frame of %d bytes exceeds %d", m.Type(), len(out), MaxFrameBytes)
+	}
+	return out, nil
+}
+
+// Decode parses and validates one frame. Any failure is a *DecodeError; the
+// receiver answers it with an error frame and closes the connection.
+func Decode(b []byte) (seq uint64, m Message, err error) {
+	if len(b) > MaxFrameBytes {
+		return 0, nil, &DecodeError{Code: ErrTooLarge, Message: fmt.Sprintf("frame of %d bytes exceeds %d", len(b), MaxFrameBytes)}
+	}
+	var f frame
+	if err := gojson.Unmarshal(b, &f); err != nil {
+		return 0, nil, invalidf("frame is not a JSON object with type, seq and data: %s", jsonProblem(err))
+	}
+	m = newMessage(f.Type)
+	if m == nil {
+		return 0, nil, invalidf("unknown message type %.64q", f.Type)
+	}
+	if Durable(f.Type) && f.Seq == 0 {
+		return 0, nil, invalidf("%s frame has no seq", f.Type)
+	}
+	if len(f.Data) > 0 && !bytes.Equal(f.Data, []byte("null")) {
+		if err := gojson.Unmarshal(f.Data, m); err != nil {
+			return 0, nil, invalidf("%s data: %s", f.Type, jsonProblem(err))
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return 0, nil, err
+	}
+	return f.Seq, m, nil
+}
+
+// jsonProblem shortens a JSON error to what a peer needs, without echoing
+// arbitrary input back at length.
+func jsonProblem(err error) string {
+	var se *gojson.SyntaxError
+	var te *gojson.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
+	}
+	msg := err.Error()
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
+}

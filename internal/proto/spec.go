@@ -1,0 +1,59 @@
+package proto
+
+// JobSpec is everything an agent needs to run one job: the steps as the
+// workflow wrote them (expressions in step fields are evaluated by the agent,
+// per workflow.md), the environment the orchestrator already evaluated, the
+// expression contexts, and where to get the code. The orchestrator stores the
+// spec without secrets and adds them only in the frame it sends.
+type JobSpec struct {
+	Name        string            `json:"name"`
+	Workflow    string            `json:"workflow"`
+	Checkout    *Checkout         `json:"checkout,omitempty"` // nil: `checkout: false`
+	WorkflowEnv map[string]string `json:"workflow_env,omitempty"`
+	JobEnv      map[string]string `json:"job_env,omitempty"`
+	Steps       []Step            `json:"steps"`
+	// Contexts are the expression contexts (event, inputs, run, matrix,
+	// needs) as JSON-shaped values.
+	Contexts  map[string]any    `json:"contexts,omitempty"`
+	Secrets   map[string]string `json:"secrets,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+}
+
+// Checkout says where the job's code comes from.
+type Checkout struct {
+	URL       string   `json:"url,omitempty"`
+	Ref       string   `json:"ref,omitempty"`
+	SHA       string   `json:"sha,omitempty"`
+	LocalPath string   `json:"local_path,omitempty"` // a working tree on the agent's host (kiln run)
+	Auth      *GitAuth `json:"auth,omitempty"`
+}
+
+// GitAuth are clone credentials; the agent hands them to git through its
+// environment, never in a URL or an argument.
+type GitAuth struct {
+	Username   string `json:"username,omitempty"`
+	Password   string `json:"password,omitempty"`
+	SSHKey     string `json:"ssh_key,omitempty"`
+	KnownHosts string `json:"known_hosts,omitempty"`
+}
+
+// Step is one step of the job.
+type Step struct {
+	Name             string            `json:"name"`
+	Run              string            `json:"run"`
+	Shell            string            `json:"shell,omitempty"`
+	If               string            `json:"if,omitempty"`
+	Env              map[string]string `json:"env,omitempty"`
+	WorkingDirectory string            `json:"working_directory,omitempty"`
+	TimeoutMS        int64             `json:"timeout_ms,omitempty"`
+	Retry            *Retry            `json:"retry,omitempty"`
+	ContinueOnError  bool              `json:"continue_on_error,omitempty"`
+}
+
+// Retry is a step's retry policy.
+type Retry struct {
+	MaxAttempts int    `json:"max_attempts"`
+	DelayMS     int64  `json:"delay_ms,omitempty"`
+	MaxDelayMS  int64  `json:"max_delay_ms,omitempty"`
+	Backoff     string `json:"backoff,omitempty"` // fixed | exponential
+}
