@@ -334,7 +334,7 @@ exec sh -c "$1"
 `)
 	os.Chmod(filepath.Join(bin, "ssh"), 0o755)
 	x := newExecutor(t, func(c *Config) {
-		c.BaseEnv = []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + dir}
+		c.BaseEnv = []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + dir, raceEnv}
 	})
 	const key = "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKEKEYMATERIAL0123456789\n-----END OPENSSH PRIVATE KEY-----"
 	res, rec := runJob(t, x, &Job{JobID: "j",

@@ -1,18 +1,12 @@
 package executor
 
 import (
-	"encoding/json"
-	"fmt"
-	"strconv"
-	"strings"
-
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/expr"
 )
 
-// This file is the executor's only contact with the expression language.
-// Until the expr package lands it understands just the status functions,
-// true/false and `${{ a.b.c }}` look-ups, which is enough to exercise
-// everything around it.
+// This file is the executor's only contact with the expression language
+// (package expr; docs/expressions.md).
 
 // evalEnv is what step expressions see.
 type evalEnv struct {
@@ -21,96 +15,60 @@ type evalEnv struct {
 	hashFiles func([]string) (string, error)
 }
 
+func (ev *evalEnv) expr() *expr.Env {
+	return &expr.Env{Contexts: ev.contexts, JobStatus: ev.status, HashFiles: ev.hashFiles}
+}
+
 // evalCondition evaluates a step's if: (bare, or wrapped whole in ${{ }}).
+// A condition that calls no status function runs only while the job is
+// succeeding, as if written `success() && (…)` (GitHub's rule).
 func evalCondition(src string, env *evalEnv) (bool, error) {
-	s := strings.TrimSpace(src)
-	if strings.HasPrefix(s, "${{") && strings.HasSuffix(s, "}}") {
-		s = strings.TrimSpace(s[3 : len(s)-2])
+	e, err := expr.ParseCondition(src)
+	if err != nil {
+		return false, err
 	}
-	switch s {
-	case "success()":
-		return env.status == kiln.ResultSuccess, nil
-	case "failure()":
-		return env.status == kiln.ResultFailure, nil
-	case "cancelled()":
-		return env.status == kiln.ResultCancelled, nil
-	case "always()":
-		return true, nil
-	case "true":
-		return env.status != kiln.ResultCancelled, nil
-	case "false":
-		return false, nil
+	ok, err := e.EvalBool(env.expr())
+	if err != nil {
+		return false, err
 	}
-	return false, fmt.Errorf("unsupported condition %q", src)
+	if !e.CallsStatusFunc() {
+		ok = ok && env.status == kiln.ResultSuccess
+	}
+	return ok, nil
 }
 
 // renderTemplate evaluates a template (an env value, working_directory)
 // to text.
 func renderTemplate(src string, env *evalEnv) (string, error) {
-	text, vars, err := substituteTemplate(src, env, "")
+	t, err := expr.ParseTemplate(src)
 	if err != nil {
 		return "", err
 	}
-	_ = vars
-	return text, nil
+	return t.Render(env.expr())
+}
+
+// hasExpressions reports whether text holds a ${{ }} (or fails to parse
+// as a template, which the caller reports when it evaluates it).
+func hasExpressions(src string) bool {
+	t, err := expr.ParseTemplate(src)
+	return err != nil || !t.IsLiteral()
 }
 
 // substituteRun replaces each `${{ }}` of a run: script with a reference
 // "${<prefix><n>}" and returns the values as environment variables, so a
 // value is never pasted into the script as code.
 func substituteRun(src string, env *evalEnv, prefix string) (string, []envVar, error) {
-	return substituteTemplate(src, env, prefix)
-}
-
-// substituteTemplate with prefix "" renders values in place.
-func substituteTemplate(src string, env *evalEnv, prefix string) (string, []envVar, error) {
-	var b strings.Builder
-	var vars []envVar
-	rest := src
-	for {
-		i := strings.Index(rest, "${{")
-		if i < 0 {
-			b.WriteString(rest)
-			break
-		}
-		j := strings.Index(rest[i:], "}}")
-		if j < 0 {
-			return "", nil, fmt.Errorf("${{ is not closed by }}")
-		}
-		b.WriteString(rest[:i])
-		path := strings.TrimSpace(rest[i+3 : i+j])
-		v, err := lookup(env.contexts, path)
-		if err != nil {
-			return "", nil, err
-		}
-		if prefix == "" {
-			b.WriteString(v)
-		} else {
-			name := prefix + strconv.Itoa(len(vars)+1)
-			vars = append(vars, envVar{name, v})
-			b.WriteString("${" + name + "}")
-		}
-		rest = rest[i+j+2:]
+	t, err := expr.ParseTemplate(src)
+	if err != nil {
+		return "", nil, err
 	}
-	return b.String(), vars, nil
-}
-
-func lookup(ctx map[string]any, path string) (string, error) {
-	var cur any = ctx
-	for _, part := range strings.Split(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return "", fmt.Errorf("unsupported expression %q", path)
-		}
-		cur = m[part]
+	text, vars, err := t.Substitute(env.expr(), prefix)
+	if err != nil {
+		return "", nil, err
 	}
-	switch v := cur.(type) {
-	case nil:
-		return "", nil
-	case string:
-		return v, nil
-	default:
-		b, err := json.Marshal(v)
-		return string(b), err
+	out := make([]envVar, len(vars))
+	for i, v := range vars {
+		out[i] = envVar{v.Name, v.Value}
 	}
+	return text, out, nil
 }

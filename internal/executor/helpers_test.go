@@ -49,10 +49,14 @@ func runAgentHelper(path string) {
 	select {} // the test kills us
 }
 
-// testEnv is a small, predictable environment for steps.
+// testEnv is a small, predictable environment for steps. The shim is
+// this test binary: under the race detector it would sleep a second at
+// exit unless told not to.
 func testEnv() []string {
-	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "LANG=C"}
+	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "LANG=C", raceEnv}
 }
+
+const raceEnv = "GORACE=atexit_sleep_ms=0"
 
 // newExecutor returns an executor with short grace and batch times.
 func newExecutor(t testing.TB, mod ...func(*Config)) *Executor {

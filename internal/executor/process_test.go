@@ -209,7 +209,7 @@ func TestStepTimeoutIsRetried(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t, func(c *Config) { c.GracePeriod = 100 * time.Millisecond })
 	res, _ := runJob(t, x, &Job{JobID: "j", Steps: []Step{{
-		Timeout: 500 * time.Millisecond,
+		Timeout: 1500 * time.Millisecond, // long enough for the second attempt on a loaded machine
 		Retry:   Retry{MaxAttempts: 2},
 		Run:     `if [ -e "$KILN_TEMP/second" ]; then exit 0; fi; touch "$KILN_TEMP/second"; sleep 60`,
 	}}})
@@ -222,13 +222,13 @@ func TestStepTimeoutIsRetried(t *testing.T) {
 func TestJobTimeout(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t, func(c *Config) { c.GracePeriod = 100 * time.Millisecond })
-	res, _ := runJob(t, x, &Job{JobID: "j", Timeout: 500 * time.Millisecond, Steps: []Step{
+	res, _ := runJob(t, x, &Job{JobID: "j", Timeout: 1500 * time.Millisecond, Steps: []Step{
 		{Run: "true"},
 		{Run: "sleep 60"},
 		{If: "always()", Run: "true"},
 	}})
 	wantStatuses(t, res, success, failed, skipped)
-	if res.Status != kiln.JobFailed || res.Error != "job timed out after 500ms" || res.Steps[1].Error != "job timed out after 500ms" {
+	if res.Status != kiln.JobFailed || res.Error != "job timed out after 1.5s" || res.Steps[1].Error != "job timed out after 1.5s" {
 		t.Fatalf("job = %s %q, step %q", res.Status, res.Error, res.Steps[1].Error)
 	}
 }
@@ -282,7 +282,7 @@ func TestAgentDeathKillsSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), agentHelperEnv+"="+jobFile)
+	cmd.Env = append(os.Environ(), agentHelperEnv+"="+jobFile, raceEnv)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

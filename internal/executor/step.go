@@ -87,7 +87,7 @@ func (e *Execution) prepare(i int, st *Step, js *jobState, ev *evalEnv) (*prepar
 		if script, vars, err = substituteRun(st.Run, ev, exprVarPrefix); err != nil {
 			return nil, fmt.Errorf("run: %v", err)
 		}
-	} else if strings.Contains(st.Run, "${{") {
+	} else if hasExpressions(st.Run) {
 		return nil, fmt.Errorf("run: expressions work only with sh-family shells; put the value in the step's env: and read it from the environment")
 	}
 

@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -210,11 +212,22 @@ func TestStepIf(t *testing.T) {
 		{"cancelled without cancel", "true", "cancelled()", skipped},
 		{"false", "true", "false", skipped},
 		{"bad condition", "true", "no such thing(", failed},
+		{"expression true", "true", "matrix.os == 'linux'", success},
+		{"expression false", "true", "${{ matrix.os == 'mac' }}", skipped},
+		{"expression after failure is implicitly success()", "false", "matrix.os == 'linux'", skipped},
+		{"always and expression after failure", "false", "always() && matrix.os == 'linux'", success},
+		{"failure and false expression", "false", "failure() && matrix.os == 'mac'", skipped},
+		{"cancelled or failure after failure", "false", "cancelled() || failure()", success},
+		{"job.status", "false", "always() && job.status == 'failure'", success},
+		{"env context", "true", "env.WHO == 'job'", success},
+		{"unknown function", "true", "nosuch()", failed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			res, _ := runJob(t, x, &Job{JobID: "j", Steps: []Step{{Run: c.first}, {If: c.cond, Run: "true"}}})
+			res, _ := runJob(t, x, &Job{JobID: "j", JobEnv: map[string]string{"WHO": "job"},
+				Contexts: map[string]any{"matrix": map[string]any{"os": "linux"}},
+				Steps:    []Step{{Run: c.first}, {If: c.cond, Run: "true"}}})
 			if got := res.Steps[1].Status; got != c.want {
 				t.Fatalf("second step = %s, want %s (%s)", got, c.want, res.Steps[1].Error)
 			}
@@ -397,4 +410,42 @@ func TestWorkspaceRemovedOrKept(t *testing.T) {
 		t.Errorf("removeTree of a read-only directory: %v", err)
 	}
 	_ = rec
+}
+
+func TestHashFilesInStepEnv(t *testing.T) {
+	t.Parallel()
+	x := newExecutor(t)
+	res, rec := runJob(t, x, &Job{JobID: "j", Steps: []Step{
+		{Run: "mkdir -p a/b; echo one > a/b/x.sum; echo two > a/y.sum; echo no > a/z.txt"},
+		{Env: map[string]string{
+			"ALL":  "${{ hashFiles('**/*.sum') }}",
+			"SOME": "${{ hashFiles('**/*.sum', '!a/y.sum') }}",
+			"NONE": "${{ hashFiles('*.nothing') }}",
+		}, Run: `echo "$ALL"; echo "$SOME"; echo "[$NONE]"; cat a/b/x.sum a/y.sum | wc -c`},
+	}})
+	wantStatuses(t, res, success, success)
+	lines := rec.lines(1)
+	if len(lines) != 4 || len(lines[0].Text) != 64 || len(lines[1].Text) != 64 || lines[0].Text == lines[1].Text || lines[2].Text != "[]" {
+		t.Fatalf("log = %+v", lines)
+	}
+}
+
+func TestHashFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a/b/x.sum"), "one\n")
+	writeFile(t, filepath.Join(dir, "a/y.sum"), "two\n")
+	// GitHub's definition: sha256 over the sha256 of each file, in path order.
+	h1, h2 := sha256.Sum256([]byte("one\n")), sha256.Sum256([]byte("two\n"))
+	want := sha256.Sum256(append(h1[:], h2[:]...))
+	got, err := hashFilesIn(dir)([]string{"a/y.sum", "**/*.sum"})
+	if err != nil || got != hex.EncodeToString(want[:]) {
+		t.Errorf("hashFiles = %q, %v", got, err)
+	}
+	if got, err := hashFilesIn(dir)([]string{"*.none"}); got != "" || err != nil {
+		t.Errorf("no match = %q, %v", got, err)
+	}
+	if _, err := hashFilesIn(dir)([]string{"[bad"}); err == nil {
+		t.Error("a bad pattern was accepted")
+	}
 }
