@@ -3,11 +3,14 @@
 package executor
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
+	"time"
 )
 
 // Signals the executor sends the shim (see shim_linux.go).
@@ -77,6 +80,41 @@ func (p *process) kill() { _ = p.cmd.Process.Signal(sigKillAll) }
 
 // killShim is the last resort when the shim does not answer.
 func (p *process) killShim() { _ = p.cmd.Process.Kill() }
+
+// sweepByCookie is the backstop for a shim that died without cleaning up
+// (a step that ran `kill -9 $PPID`, or `pkill kiln`): the step's processes
+// then belong to init, so it finds them by the cookie variable every step
+// process inherits and SIGKILLs them, round after round until a round
+// finds none. A process that also scrubbed its environment escapes it.
+func sweepByCookie(cookie string) (killed int) {
+	needle := []byte("\x00" + cookieVar + "=" + cookie + "\x00")
+	self := os.Getpid()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		found := 0
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
+				continue
+			}
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err != nil {
+				continue
+			}
+			if bytes.Contains(append([]byte{0}, env...), needle) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				found++
+			}
+		}
+		if found == 0 {
+			return killed
+		}
+		killed += found
+		time.Sleep(10 * time.Millisecond)
+	}
+	return killed
+}
 
 // supported is nil where steps can run.
 func supported() error { return nil }

@@ -24,5 +24,7 @@ func (p *process) killShim()  {}
 
 func supported() error { return errUnsupported }
 
+func sweepByCookie(cookie string) int { return 0 }
+
 // MaybeRunShim does nothing where steps cannot run.
 func MaybeRunShim() {}

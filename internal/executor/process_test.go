@@ -300,3 +300,30 @@ func TestAgentDeathKillsSteps(t *testing.T) {
 	}
 	waitAllGone(t, pids, spawnMarker)
 }
+
+// TestStepKillingItsSupervisor: a step that kills its own shim (its
+// parent) orphans its processes to init; the executor still finds and
+// kills them.
+func TestStepKillingItsSupervisor(t *testing.T) {
+	t.Parallel()
+	x := newExecutor(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	res, _ := runJob(t, x, &Job{JobID: "j", JobEnv: map[string]string{"PIDS": pidFile}, Steps: []Step{
+		{Run: `sleep 3141 & echo $! >> "$PIDS"
+setsid sh -c 'echo $$ >> "$PIDS"; exec sleep 3142' &
+echo $$ >> "$PIDS"
+while [ "$(wc -l < "$PIDS")" -lt 3 ]; do sleep 0.01; done
+kill -9 $PPID
+exec sleep 3143`},
+		{If: "always()", Run: "true"},
+	}})
+	wantStatuses(t, res, failed, success)
+	if res.Steps[0].Error != "the step's supervisor process was killed" {
+		t.Errorf("error = %q", res.Steps[0].Error)
+	}
+	pids := readPids(t, pidFile)
+	if len(pids) != 3 {
+		t.Fatalf("pids = %v", pids)
+	}
+	waitAllGone(t, pids, "sleep 314")
+}

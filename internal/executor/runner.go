@@ -1,11 +1,16 @@
 package executor
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"sync"
 	"time"
 )
+
+// cookieVar marks every process of a step attempt with a value of its own,
+// so the executor can find them should their supervisor die (sweepByCookie).
+const cookieVar = "KILN_STEP_COOKIE"
 
 // stopReason says why the executor stopped a command early.
 type stopReason int
@@ -58,7 +63,9 @@ func (e *Execution) runCommand(c command, log *stepLog) outcome {
 		outW.Close()
 		return outcome{exitCode: -1, err: err}
 	}
-	p, err := startProcess(e.x.cfg.ShimPath, c.argv, c.env, c.dir, outW, errW)
+	cookie := rand.Text()
+	env := append(c.env[:len(c.env):len(c.env)], cookieVar+"="+cookie)
+	p, err := startProcess(e.x.cfg.ShimPath, c.argv, env, c.dir, outW, errW)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -72,6 +79,11 @@ func (e *Execution) runCommand(c command, log *stepLog) outcome {
 	go func() { defer readers.Done(); log.read(errR, StreamStderr) }()
 
 	stop := e.supervise(p, c)
+	if p.exitCode < 0 { // the shim itself was killed: it could not clean up
+		if n := sweepByCookie(cookie); n > 0 {
+			e.log.Warn("the step supervisor was killed; killed the step's processes it left", "processes", n)
+		}
+	}
 
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
@@ -171,6 +183,8 @@ func (e *Execution) describe(o outcome, stepTimeout time.Duration) string {
 		return fmt.Sprintf("job timed out after %s", e.job.Timeout)
 	case o.stop == stopStepTimeout:
 		return fmt.Sprintf("step timed out after %s", stepTimeout)
+	case o.exitCode < 0:
+		return "the step's supervisor process was killed"
 	case o.exitCode != 0:
 		return fmt.Sprintf("exit code %d", o.exitCode)
 	}
