@@ -84,4 +84,5 @@ func (m envMap) prependPath(dirs []string) {
 var reservedEnv = map[string]bool{
 	"KILN": true, "KILN_WORKSPACE": true, "KILN_RUN_ID": true, "KILN_JOB": true,
 	"KILN_JOB_ID": true, "KILN_TEMP": true, "KILN_ENV": true, "KILN_PATH": true, "KILN_OUTPUT": true,
+	cookieVar: true,
 }

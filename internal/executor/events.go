@@ -10,10 +10,12 @@ import (
 // and log lines are reported like a step's, before step 0.
 const CheckoutIndex = -1
 
-// Log streams.
+// Log streams: what the step wrote, and lines kiln itself added to the
+// step's log (checkout commands, retries, the truncation notice).
 const (
 	StreamStdout = "stdout"
 	StreamStderr = "stderr"
+	StreamSystem = "system"
 )
 
 // Sink receives what a job does while it runs. The executor calls it from
@@ -46,7 +48,7 @@ type StepEvent struct {
 // all attempts.
 type LogLine struct {
 	Seq    uint64
-	Stream string // StreamStdout or StreamStderr
+	Stream string // StreamStdout, StreamStderr or StreamSystem
 	Text   string
 	Time   time.Time
 }

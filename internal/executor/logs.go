@@ -130,14 +130,15 @@ func (l *stepLog) add(stream string, lines []string, now time.Time) {
 }
 
 // notice adds a line of the executor's own (retries, checkout commands) to
-// the step's log on stderr. Notices are masked but not counted against the
-// cap, and still appear once the step's output has been truncated.
+// the step's log as a system line. Notices are masked but not counted
+// against the cap, and still appear once the step's output has been
+// truncated.
 func (l *stepLog) notice(format string, args ...any) {
 	text := l.masker.mask("[kiln] " + fmt.Sprintf(format, args...))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.closed {
-		l.appendLocked(LogLine{Stream: StreamStderr, Text: text, Time: l.clock()})
+		l.appendLocked(LogLine{Stream: StreamSystem, Text: text, Time: l.clock()})
 	}
 }
 
@@ -196,7 +197,7 @@ func (l *stepLog) close() int64 {
 	if l.truncated {
 		text := fmt.Sprintf("[kiln] log truncated: step output exceeded %s; %d more bytes not shown",
 			formatBytes(l.maxBytes), l.dropped)
-		l.appendLocked(LogLine{Stream: StreamStderr, Text: text, Time: l.clock()})
+		l.appendLocked(LogLine{Stream: StreamSystem, Text: text, Time: l.clock()})
 	}
 	l.flushLocked()
 	if l.timer != nil {

@@ -46,7 +46,7 @@ func TestLogIsCappedWithTruncationLine(t *testing.T) {
 	last := lines[len(lines)-1]
 	total := int64(200000*100 + len("after\n"))
 	want := fmt.Sprintf("[kiln] log truncated: step output exceeded 10 MiB; %d more bytes not shown", total-shown)
-	if last.Text != want || last.Stream != StreamStderr {
+	if last.Text != want || last.Stream != StreamSystem {
 		t.Errorf("last line = %q, want %q", last.Text, want)
 	}
 	if res.Steps[0].LogBytes != total {
