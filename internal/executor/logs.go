@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,8 @@ type stepLog struct {
 	maxLine  int
 	lines    int
 	interval time.Duration
+
+	activity atomic.Int64 // unix nanoseconds of the readers' last progress
 
 	mu        sync.Mutex
 	seq       uint64
@@ -53,6 +56,7 @@ func (l *stepLog) read(r io.Reader, stream string) {
 	lines := make([]string, 0, 512)
 	for {
 		n, err := r.Read(buf)
+		l.activity.Store(time.Now().UnixNano())
 		if n > 0 {
 			now := l.clock()
 			lines = lines[:0]
@@ -77,7 +81,11 @@ func (l *stepLog) read(r io.Reader, stream string) {
 			}
 			if rest != "" {
 				partial = append(partial, rest...)
-				for len(partial) > l.maxLine {
+				// Cut an unfinished line only once it is certainly too long
+				// (beyond a possible "\r") and a secret that could straddle
+				// the cut has fully arrived, so where lines are cut does not
+				// depend on how the output was split into writes.
+				for len(partial) >= l.maxLine+max(l.masker.longest(), 2) {
 					s := string(partial)
 					cut := l.masker.cut(s, l.maxLine)
 					lines = append(lines, l.masker.mask(s[:cut]))
@@ -85,6 +93,7 @@ func (l *stepLog) read(r io.Reader, stream string) {
 				}
 			}
 			l.add(stream, lines, now)
+			l.activity.Store(time.Now().UnixNano())
 		}
 		if err != nil {
 			if len(partial) > 0 {
@@ -94,6 +103,9 @@ func (l *stepLog) read(r io.Reader, stream string) {
 		}
 	}
 }
+
+// lastActivity is when a reader last read or handed on output.
+func (l *stepLog) lastActivity() time.Time { return time.Unix(0, l.activity.Load()) }
 
 // appendLine masks a complete line (when it may hold a secret), strips a
 // trailing carriage return, cuts it if too long, and appends the pieces.

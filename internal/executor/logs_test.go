@@ -3,6 +3,7 @@ package executor
 import (
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -231,4 +232,62 @@ func TestSlowSinkLosesNothing(t *testing.T) {
 	if len(lines) != 3000 || lines[2999].Text != "line 2999" {
 		t.Fatalf("%d lines", len(lines))
 	}
+}
+
+// readAll runs input through a stepLog, written in the given pieces, and
+// returns the lines it produced.
+func readAll(t *testing.T, m *masker, maxLine int, pieces []string) []string {
+	rec := &recorder{}
+	em := newEmitter(rec, 1<<20)
+	l := &stepLog{em: em, masker: m, clock: time.Now, maxBytes: 1 << 30, maxLine: maxLine, lines: 50, interval: time.Hour}
+	r, w := io.Pipe()
+	go func() {
+		for _, p := range pieces {
+			w.Write([]byte(p))
+		}
+		w.Close()
+	}()
+	l.read(r, StreamStdout)
+	l.close()
+	em.close()
+	var out []string
+	for _, line := range rec.lines(0) {
+		out = append(out, line.Text)
+	}
+	return out
+}
+
+// FuzzLogLines: however output is split into writes, it becomes the same
+// lines, and a secret never shows.
+func FuzzLogLines(f *testing.F) {
+	f.Add("hello\nworld\r\npartial", "secret-value", uint8(3), 300)
+	f.Add(strings.Repeat("a", 290)+"secret-value"+strings.Repeat("b", 50)+"\n", "secret-value", uint8(7), 256)
+	f.Add(strings.Repeat("x", 256)+"\r\n", "zzz", uint8(1), 256)
+	f.Add(strings.Repeat("a", 250)+"secret-value"+strings.Repeat("b", 300), "secret-value", uint8(1), 256)
+	f.Fuzz(func(t *testing.T, input, secret string, step uint8, maxLine int) {
+		if maxLine < 256 || maxLine > 4096 || len(input) > 1<<14 {
+			return
+		}
+		m := newMasker([]string{secret})
+		whole := readAll(t, m, maxLine, []string{input})
+		var pieces []string
+		n := int(step%16) + 1
+		for i := 0; i < len(input); i += n {
+			pieces = append(pieces, input[i:min(i+n, len(input))])
+		}
+		split := readAll(t, m, maxLine, pieces)
+		if fmt.Sprint(whole) != fmt.Sprint(split) {
+			t.Fatalf("written whole: %q\nin pieces of %d: %q", whole, n, split)
+		}
+		for _, line := range whole {
+			if len(line) > maxLine+len(maskText)*(maxLine/3+1) {
+				t.Fatalf("line of %d bytes", len(line))
+			}
+			if !m.empty() && len(secret) >= MinSecretLen && strings.TrimSpace(secret) != "" &&
+				!strings.Contains(secret, "\n") && !strings.Contains(secret, "\r") &&
+				strings.Contains(strings.ReplaceAll(line, maskText, "\x00"), secret) {
+				t.Fatalf("secret %q shows in %q", secret, line)
+			}
+		}
+	})
 }

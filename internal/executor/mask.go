@@ -58,6 +58,14 @@ func newMasker(secrets []string) *masker {
 
 func (m *masker) empty() bool { return m == nil || len(m.values) == 0 }
 
+// longest is the length of the longest masked value (0 when none).
+func (m *masker) longest() int {
+	if m == nil {
+		return 0
+	}
+	return m.maxLen
+}
+
 // containsAny reports whether s contains any secret.
 func (m *masker) containsAny(s string) bool {
 	if m.empty() {

@@ -26,10 +26,10 @@ const (
 // executor kills the shim itself; a healthy shim needs milliseconds.
 const killBackstop = 10 * time.Second
 
-// drainLimit is how long the executor keeps reading a step's pipes after
-// the shim has exited. The shim has killed every process that could hold
-// them, so this only bounds a pathological case (a descriptor passed out
-// of the step's process tree).
+// drainLimit is how long the executor waits, once the shim has exited,
+// for a step's pipes to make progress before it closes them. The shim has
+// killed every process that could hold them, so this only bounds a
+// pathological case (a descriptor passed out of the step's process tree).
 const drainLimit = 30 * time.Second
 
 // command is one process to run under the shim.
@@ -85,12 +85,22 @@ func (e *Execution) runCommand(c command, log *stepLog) outcome {
 		}
 	}
 
+	exited := time.Now()
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainLimit):
-		e.log.Warn("step output still open after its processes exited; closing it")
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+drain:
+	for {
+		select {
+		case <-drained:
+			break drain
+		case <-tick.C:
+			if last := log.lastActivity(); time.Since(last) > drainLimit && time.Since(exited) > drainLimit {
+				e.log.Warn("step output still open after its processes exited; closing it")
+				break drain
+			}
+		}
 	}
 	outR.Close()
 	errR.Close()

@@ -55,7 +55,10 @@ func runShim(args []string) int {
 		return 125
 	}
 	s := &shim{sigs: make(chan os.Signal, 64)}
-	signal.Notify(s.sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sigKillAll)
+	// SIGPIPE is caught (not ignored, which the step would inherit) so a
+	// write to a log pipe whose reader died cannot kill the shim before it
+	// has cleaned up.
+	signal.Notify(s.sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE, sigKillAll)
 
 	// PATH is the step's own, so a shell installed by an earlier step
 	// through $KILN_PATH is found.
@@ -77,6 +80,7 @@ func runShim(args []string) int {
 		switch <-s.sigs {
 		case syscall.SIGCHLD:
 			s.reap()
+		case syscall.SIGPIPE:
 		case sigKillAll:
 			// The command is not reaped yet, so its group id still names
 			// this step's group and nobody else's.
