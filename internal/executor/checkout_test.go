@@ -35,6 +35,7 @@ func newRepo(t *testing.T) (dir, first, second string) {
 func TestCheckoutCommitOverFileURL(t *testing.T) {
 	t.Parallel()
 	repo, first, second := newRepo(t)
+	chownToNobody(t, repo)
 	x := newExecutor(t)
 	res, rec := runJob(t, x, &Job{JobID: "j",
 		Checkout: &Checkout{URL: "file://" + repo, Ref: "refs/heads/main", SHA: first},
@@ -122,13 +123,7 @@ func TestCheckoutDirtyWorkingTree(t *testing.T) {
 	if err := os.Symlink("keep.txt", filepath.Join(repo, "link")); err != nil {
 		t.Fatal(err)
 	}
-	if os.Geteuid() == 0 {
-		// The agent may run as another user than the owner of the tree:
-		// git then needs safe.directory.
-		if out, err := exec.Command("chown", "-R", "65534:65534", repo).CombinedOutput(); err != nil {
-			t.Fatalf("chown: %v %s", err, out)
-		}
-	}
+	chownToNobody(t, repo)
 
 	x := newExecutor(t)
 	res, rec := runJob(t, x, &Job{JobID: "j", KeepWorkspace: true,
@@ -165,6 +160,19 @@ func TestCheckoutDirtyWorkingTree(t *testing.T) {
 	// The source tree is untouched (no index refresh, no lock files).
 	if _, err := os.Stat(filepath.Join(repo, ".git", "index.lock")); !os.IsNotExist(err) {
 		t.Errorf("index.lock left in the source: %v", err)
+	}
+}
+
+// chownToNobody gives a repository to another user, as when the agent runs
+// as a different user than the owner of the tree: git then needs
+// safe.directory. Only root can do it; others test without.
+func chownToNobody(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	if out, err := exec.Command("chown", "-R", "65534:65534", dir).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
 	}
 }
 

@@ -118,6 +118,7 @@ func (e *Execution) secretValues() []string {
 // finish emits a step's terminal event and records it.
 func (e *Execution) finish(js *jobState, ev StepEvent) {
 	ev.Error = js.masker.mask(ev.Error)
+	e.log.Debug("step finished", "index", ev.Index, "status", ev.Status, "attempt", ev.Attempt, "exit_code", ev.ExitCode)
 	e.em.step(ev)
 	js.steps = append(js.steps, ev)
 }

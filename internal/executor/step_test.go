@@ -141,6 +141,7 @@ func TestRetryThenSuccess(t *testing.T) {
 	if len(attempts) != 3 || attempts[0] != 1 || attempts[2] != 3 {
 		t.Errorf("running events for attempts %v", attempts)
 	}
+	checkSeq(t, rec.lines(0)) // one numbering across all attempts
 	log := rec.text(0)
 	for _, want := range []string{"try 1\n", "[kiln] attempt 1 of 4 failed: exit code 1; retrying in 10ms", "[kiln] attempt 2 of 4 failed: exit code 1; retrying in 20ms", "[kiln] attempt 3 of 4\n", "try 3\n"} {
 		if !strings.Contains(log, want) {
@@ -447,5 +448,30 @@ func TestHashFiles(t *testing.T) {
 	}
 	if _, err := hashFilesIn(dir)([]string{"[bad"}); err == nil {
 		t.Error("a bad pattern was accepted")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]Config{
+		"negative grace":    {GracePeriod: -time.Second},
+		"negative timeout":  {DefaultStepTimeout: -time.Second},
+		"negative log cap":  {MaxLogBytesPerStep: -1},
+		"tiny lines":        {MaxLineBytes: 10},
+		"negative batch":    {BatchLines: -1},
+		"negative outputs":  {MaxOutputBytes: -1},
+		"negative env file": {MaxEnvFileBytes: -1},
+	} {
+		cfg.WorkRoot = t.TempDir()
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	x, err := New(Config{WorkRoot: filepath.Join(t.TempDir(), "new", "root")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.cfg.GracePeriod != DefaultGracePeriod || x.cfg.BatchLines != DefaultBatchLines || x.cfg.ShimPath == "" {
+		t.Errorf("defaults not applied: %+v", x.cfg)
 	}
 }
