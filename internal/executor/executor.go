@@ -153,10 +153,13 @@ type Execution struct {
 }
 
 // Start runs job in the background and reports to sink (nil discards).
-// Cancelling ctx is a forced cancel.
+// Cancelling ctx is a forced cancel. The job must not change while it runs.
 func (x *Executor) Start(ctx context.Context, job *Job, sink Sink) *Execution {
 	if sink == nil {
 		sink = discardSink{}
+	}
+	if job == nil {
+		job = &Job{} // runs nothing and succeeds
 	}
 	e := &Execution{
 		x:         x,

@@ -174,7 +174,8 @@ func (s *Step) validate() error {
 	return nil
 }
 
-// displayName is the step's name, or its first script line when unnamed.
+// displayName is the step's name or, as the workflow package names an
+// unnamed step, "Run " and its first script line.
 func (s *Step) displayName(i int) string {
 	if s.Name != "" {
 		return s.Name
@@ -186,7 +187,7 @@ func (s *Step) displayName(i int) string {
 	if len(line) > 60 {
 		line = line[:57] + "..."
 	}
-	return line
+	return "Run " + line
 }
 
 func (c *Checkout) validate() error {
