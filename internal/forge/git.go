@@ -1,0 +1,216 @@
+package forge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/kilnci/kiln"
+)
+
+// Bounds on git output kiln reads.
+const (
+	gitMaxListing = 4 << 20 // ls-tree, diff --name-only
+	gitMaxSmall   = 64 << 10
+	gitMaxStderr  = 4 << 10
+)
+
+var errGitOutputTooLarge = errors.New("git output over the limit")
+
+// gitRepo runs git against one repository directory (bare or not).
+type gitRepo struct {
+	git string
+	dir string
+	env []string // extra environment (credentials for fetches)
+}
+
+// run runs git with args and returns at most limit bytes of its stdout;
+// more is errGitOutputTooLarge. The environment is the server's minus
+// anything GIT_* that could point git elsewhere, and git never prompts.
+func (g gitRepo) run(ctx context.Context, limit int64, args ...string) ([]byte, error) {
+	full := append([]string{"-C", g.dir, "-c", "safe.directory=" + g.dir}, args...)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, g.git, full...)
+	cmd.Env = append(gitEnv(), g.env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &limitedWriter{w: &stderr, n: gitMaxStderr}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("git %s: %w", args[0], err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, kiln.Errorf(kiln.CodeUnavailable, "could not run git: %v", err)
+	}
+	b, rerr := io.ReadAll(io.LimitReader(out, limit+1))
+	if int64(len(b)) > limit {
+		cancel()
+		_ = cmd.Wait()
+		return nil, errGitOutputTooLarge
+	}
+	werr := cmd.Wait()
+	switch {
+	case werr != nil && ctx.Err() != nil:
+		return nil, kiln.Errorf(kiln.CodeUnavailable, "git %s did not finish in time", args[0])
+	case werr != nil:
+		return nil, &gitError{args: args, stderr: firstLine(stderr.String()), err: werr}
+	case rerr != nil:
+		return nil, fmt.Errorf("git %s: %w", args[0], rerr)
+	}
+	return b, nil
+}
+
+// gitError is a git command that failed; its message is git's first line.
+type gitError struct {
+	args   []string
+	stderr string
+	err    error
+}
+
+func (e *gitError) Error() string {
+	return fmt.Sprintf("git %s: %v: %s", e.args[0], e.err, e.stderr)
+}
+
+func gitEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GIT_") || strings.HasPrefix(kv, "LC_ALL=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0", "LC_ALL=C")
+}
+
+// commit resolves rev to a full commit id, or returns ok=false when the
+// repository has no such commit.
+func (g gitRepo) commit(ctx context.Context, rev string) (string, bool, error) {
+	out, err := g.run(ctx, gitMaxSmall, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+	var ge *gitError
+	if errors.As(err, &ge) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return strings.TrimSpace(string(out)), true, nil
+}
+
+// workflows reads the workflow files at sha.
+func (g gitRepo) workflows(ctx context.Context, sha string, maxBytes int64) ([]WorkflowFile, error) {
+	if err := checkSHA(sha); err != nil {
+		return nil, err
+	}
+	full, ok, err := g.commit(ctx, sha)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, kiln.Errorf(kiln.CodeNotFound, "commit %s is not in the repository", sha)
+	}
+	out, err := g.run(ctx, gitMaxListing, "ls-tree", "-z", "-l", full, "--", WorkflowDir+"/")
+	if err != nil {
+		return nil, fmt.Errorf("list %s at %s: %w", WorkflowDir, sha, err)
+	}
+	var entries []contentEntry
+	oids := map[string]string{}
+	for _, rec := range strings.Split(string(out), "\x00") {
+		meta, p, ok := strings.Cut(rec, "\t")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(meta) // mode type oid size
+		if len(f) != 4 {
+			continue
+		}
+		e := contentEntry{Name: path.Base(p), Path: p}
+		switch {
+		case f[0] == "120000":
+			e.Type = "symlink"
+		case f[1] == "blob":
+			e.Type = "file"
+			e.Size, _ = strconv.ParseInt(f[3], 10, 64)
+		default:
+			e.Type = "dir"
+		}
+		oids[p] = f[2]
+		entries = append(entries, e)
+	}
+	return readWorkflows(entries, maxBytes, func(e contentEntry) ([]byte, error) {
+		b, err := g.run(ctx, maxBytes, "cat-file", "blob", oids[e.Path])
+		if errors.Is(err, errGitOutputTooLarge) {
+			return nil, &fileError{fileTooLarge(e.Path, maxBytes+1, maxBytes)}
+		}
+		return b, err
+	})
+}
+
+// diffNames lists the files that differ between the merge base of base and
+// head, and head. ok is false when base is not in the repository or the
+// list is over MaxChangedFiles.
+func (g gitRepo) diffNames(ctx context.Context, base, head string) ([]string, bool, error) {
+	b, ok, err := g.commit(ctx, base)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	h, ok, err := g.commit(ctx, head)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return g.diff(ctx, b+"..."+h)
+}
+
+// diffTrees lists the files that differ between the trees of a and b.
+func (g gitRepo) diffTrees(ctx context.Context, a, b string) ([]string, bool, error) {
+	return g.diff(ctx, a, b)
+}
+
+func (g gitRepo) diff(ctx context.Context, revs ...string) ([]string, bool, error) {
+	args := append([]string{"diff", "--no-ext-diff", "--no-renames", "--name-only", "-z"}, revs...)
+	out, err := g.run(ctx, gitMaxListing, append(args, "--")...)
+	if errors.Is(err, errGitOutputTooLarge) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("list changed files: %w", err)
+	}
+	var files []string
+	for _, f := range strings.Split(string(out), "\x00") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	if len(files) > MaxChangedFiles {
+		return nil, false, nil
+	}
+	return files, true, nil
+}
+
+type limitedWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(int64(len(p)), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
