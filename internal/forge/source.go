@@ -308,7 +308,7 @@ func checkCloneURL(raw string) error {
 			return kiln.Errorf(kiln.CodeInvalid, "clone_url %q has no host", raw)
 		}
 	case "file":
-		if !filepath.IsAbs(u.Path) {
+		if (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(u.Path) {
 			return kiln.Errorf(kiln.CodeInvalid, "clone_url %q must name an absolute path", raw)
 		}
 	default:
@@ -377,7 +377,7 @@ func (s Source) Redacted() Source {
 }
 
 // Redaction replaces a set secret in Redacted output.
-const Redaction = "<redacted>"
+const Redaction = "(redacted)"
 
 func blank(s string) string {
 	if s == "" {
