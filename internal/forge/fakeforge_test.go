@@ -71,12 +71,12 @@ func newFakeForge(t *testing.T, gitea bool, token string) *fakeForge {
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
-		ov := f.override
+		ov, token := f.override, f.token
 		f.mu.Unlock()
 		if ov != nil && ov(w, r) {
 			return
 		}
-		if r.Header.Get("Authorization") != f.token {
+		if r.Header.Get("Authorization") != token {
 			f.errorJSON(w, http.StatusUnauthorized, "Bad credentials")
 			return
 		}
@@ -97,6 +97,12 @@ func (f *fakeForge) base() string { return f.srv.URL }
 func (f *fakeForge) setOverride(h func(w http.ResponseWriter, r *http.Request) bool) {
 	f.mu.Lock()
 	f.override = h
+	f.mu.Unlock()
+}
+
+func (f *fakeForge) setToken(tok string) {
+	f.mu.Lock()
+	f.token = tok
 	f.mu.Unlock()
 }
 
@@ -296,8 +302,11 @@ func (f *fakeForge) status(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.statuses = append(f.statuses, postedStatus{Repo: fakeRepo, SHA: r.PathValue("sha"), Body: body, Auth: r.Header.Get("Authorization")})
 	f.mu.Unlock()
-	body["id"], body["url"], body["created_at"] = 1, f.srv.URL, "2012-07-20T01:19:13Z"
-	writeJSON(w, http.StatusCreated, body)
+	resp := map[string]any{"id": 1, "url": f.srv.URL, "created_at": "2012-07-20T01:19:13Z", "creator": map[string]any{"login": "kiln"}}
+	for k, v := range body {
+		resp[k] = v
+	}
+	writeJSON(w, http.StatusCreated, resp)
 }
 
 func (f *fakeForge) commit(w http.ResponseWriter, r *http.Request) {
