@@ -84,7 +84,7 @@ func (c *apiClient) do(ctx context.Context, req request, out any) (http.Header, 
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return h, c.fail(req, 0, kiln.CodeUnavailable, "%s answered %s with a body that is not the expected JSON", c.forge, req.describe())
+			return h, c.fail(0, kiln.CodeUnavailable, "%s answered %s with a body that is not the expected JSON", c.forge, req.describe())
 		}
 	}
 	return h, nil
@@ -134,7 +134,7 @@ func (c *apiClient) doRaw(ctx context.Context, req request) ([]byte, http.Header
 		return nil, resp.Header, c.transportErr(ctx, req, err)
 	}
 	if int64(len(raw)) > c.maxBody {
-		return nil, resp.Header, c.fail(req, resp.StatusCode, kiln.CodeTooLarge, "%s's answer to %s is larger than %s; kiln does not read it", c.forge, req.describe(), sizeString(c.maxBody))
+		return nil, resp.Header, c.fail(resp.StatusCode, kiln.CodeTooLarge, "%s's answer to %s is larger than %s; kiln does not read it", c.forge, req.describe(), sizeString(c.maxBody))
 	}
 	if resp.StatusCode/100 != 2 {
 		return nil, resp.Header, c.statusErr(req, resp, raw)
@@ -144,13 +144,13 @@ func (c *apiClient) doRaw(ctx context.Context, req request) ([]byte, http.Header
 
 func (c *apiClient) transportErr(ctx context.Context, req request, err error) error {
 	if ctx.Err() != nil {
-		return c.fail(req, 0, kiln.CodeUnavailable, "%s did not answer %s in time (%v)", c.forge, req.describe(), context.Cause(ctx))
+		return c.fail(0, kiln.CodeUnavailable, "%s did not answer %s in time (%v)", c.forge, req.describe(), context.Cause(ctx))
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.Timeout() {
-		return c.fail(req, 0, kiln.CodeUnavailable, "%s did not answer %s in time", c.forge, req.describe())
+		return c.fail(0, kiln.CodeUnavailable, "%s did not answer %s in time", c.forge, req.describe())
 	}
-	return c.fail(req, 0, kiln.CodeUnavailable, "could not reach %s for %s", c.forge, req.describe())
+	return c.fail(0, kiln.CodeUnavailable, "could not reach %s for %s", c.forge, req.describe())
 }
 
 // statusErr turns a non-2xx answer into a sentence. GitHub signals rate
@@ -161,24 +161,24 @@ func (c *apiClient) statusErr(req request, resp *http.Response, raw []byte) erro
 	st := resp.StatusCode
 	if st == http.StatusForbidden || st == http.StatusTooManyRequests {
 		if wait, ok := c.rateLimitWait(resp.Header); ok {
-			e := c.fail(req, st, kiln.CodeUnavailable, "%s's API rate limit is exhausted; it allows requests again in %s (%s)", c.forge, wait.Round(time.Second), req.describe())
+			e := c.fail(st, kiln.CodeUnavailable, "%s's API rate limit is exhausted; it allows requests again in %s (%s)", c.forge, wait.Round(time.Second), req.describe())
 			e.(*APIError).RetryAfter = max(wait, time.Second)
 			return e
 		}
 	}
 	switch {
 	case st == http.StatusUnauthorized:
-		return c.fail(req, st, kiln.CodeUnauthorized, "%s rejected kiln's credentials for %s%s; check the source's token", c.forge, req.describe(), msg)
+		return c.fail(st, kiln.CodeUnauthorized, "%s rejected kiln's credentials for %s%s; check the source's token", c.forge, req.describe(), msg)
 	case st == http.StatusForbidden:
-		return c.fail(req, st, kiln.CodeForbidden, "%s refused %s%s; the token may lack a permission", c.forge, req.describe(), msg)
+		return c.fail(st, kiln.CodeForbidden, "%s refused %s%s; the token may lack a permission", c.forge, req.describe(), msg)
 	case st == http.StatusNotFound:
-		return c.fail(req, st, kiln.CodeNotFound, "%s has no such resource: %s%s (or the token cannot see it)", c.forge, req.describe(), msg)
+		return c.fail(st, kiln.CodeNotFound, "%s has no such resource: %s%s (or the token cannot see it)", c.forge, req.describe(), msg)
 	case st == http.StatusUnprocessableEntity || st == http.StatusBadRequest || st == http.StatusConflict:
-		return c.fail(req, st, kiln.CodeInvalid, "%s refused %s as invalid%s", c.forge, req.describe(), msg)
+		return c.fail(st, kiln.CodeInvalid, "%s refused %s as invalid%s", c.forge, req.describe(), msg)
 	case st == http.StatusTooManyRequests || st >= 500:
-		return c.fail(req, st, kiln.CodeUnavailable, "%s answered %s with %d %s", c.forge, req.describe(), st, http.StatusText(st))
+		return c.fail(st, kiln.CodeUnavailable, "%s answered %s with %d %s", c.forge, req.describe(), st, http.StatusText(st))
 	}
-	return c.fail(req, st, kiln.CodeUnavailable, "%s answered %s with unexpected status %d", c.forge, req.describe(), st)
+	return c.fail(st, kiln.CodeUnavailable, "%s answered %s with unexpected status %d", c.forge, req.describe(), st)
 }
 
 func (c *apiClient) rateLimitWait(h http.Header) (time.Duration, bool) {
@@ -196,18 +196,12 @@ func (c *apiClient) rateLimitWait(h http.Header) (time.Duration, bool) {
 	return 0, false
 }
 
-func (c *apiClient) fail(req request, status int, code kiln.Code, format string, args ...any) error {
-	_ = req
+func (c *apiClient) fail(status int, code kiln.Code, format string, args ...any) error {
 	return &APIError{Status: status, Err: kiln.Errorf(code, format, args...).(*kiln.Error)}
 }
 
-func (r request) describe() string {
-	p := r.path
-	if i := strings.IndexByte(p, '?'); i >= 0 {
-		p = p[:i]
-	}
-	return r.method + " " + p
-}
+// describe names the call in messages: method and path, never the query.
+func (r request) describe() string { return r.method + " " + r.path }
 
 // forgeMessage extracts the "message" both GitHub and Gitea put in error
 // bodies, bounded and on one line, as ": <message>".

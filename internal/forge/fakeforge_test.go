@@ -18,7 +18,7 @@ import (
 // format over an in-memory model of one repository, acme/app. It records
 // every request so tests can check what kiln asked for.
 type fakeForge struct {
-	t      *testing.T
+	t      testing.TB
 	gitea  bool
 	token  string // the Authorization value kiln must send, e.g. "Bearer tok"
 	srv    *httptest.Server
@@ -50,7 +50,7 @@ type postedStatus struct {
 
 const fakeRepo = "acme/app"
 
-func newFakeForge(t *testing.T, gitea bool, token string) *fakeForge {
+func newFakeForge(t testing.TB, gitea bool, token string) *fakeForge {
 	f := &fakeForge{
 		t: t, gitea: gitea, token: token,
 		trees: map[string]map[string]fakeEntry{}, compares: map[string][]fakeFile{},

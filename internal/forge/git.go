@@ -78,15 +78,30 @@ func (e *gitError) Error() string {
 	return fmt.Sprintf("git %s: %v: %s", e.args[0], e.err, e.stderr)
 }
 
+// gitEnv is the server's environment minus the variables that would make
+// git work on another repository or take configuration kiln did not give
+// it (a server started from a git hook inherits GIT_DIR, for one). The
+// rest (GIT_SSH_COMMAND, GIT_SSL_CAINFO, proxies) is the operator's to set.
 func gitEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "GIT_") || strings.HasPrefix(kv, "LC_ALL=") {
+		name, _, _ := strings.Cut(kv, "=")
+		if gitEnvDenied(name) {
 			continue
 		}
 		env = append(env, kv)
 	}
 	return append(env, "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0", "LC_ALL=C")
+}
+
+func gitEnvDenied(name string) bool {
+	switch name {
+	case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+		"GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_QUARANTINE_PATH", "GIT_PREFIX", "GIT_CEILING_DIRECTORIES",
+		"GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS", "LC_ALL":
+		return true
+	}
+	return strings.HasPrefix(name, "GIT_CONFIG_KEY_") || strings.HasPrefix(name, "GIT_CONFIG_VALUE_")
 }
 
 // commit resolves rev to a full commit id, or returns ok=false when the

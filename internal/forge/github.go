@@ -257,7 +257,7 @@ type contentEntry struct {
 // array when it is a directory.
 func contentListing(raw json.RawMessage) ([]contentEntry, error) {
 	if t := strings.TrimSpace(string(raw)); !strings.HasPrefix(t, "[") {
-		return []contentEntry{{Type: "notdir", Name: "workflows.yml", Path: WorkflowDir}}, nil
+		return []contentEntry{{Type: "notdir", Path: WorkflowDir}}, nil
 	}
 	var entries []contentEntry
 	if err := json.Unmarshal(raw, &entries); err != nil {

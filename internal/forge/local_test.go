@@ -14,7 +14,7 @@ import (
 
 // testGit is a real git repository in a temporary directory.
 type testGit struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 }
 
@@ -24,7 +24,7 @@ func gitEnvForTests() []string {
 		"GIT_COMMITTER_NAME=Ada Lovelace", "GIT_COMMITTER_EMAIL=ada@example.com")
 }
 
-func newTestGit(t *testing.T, bare bool) *testGit {
+func newTestGit(t testing.TB, bare bool) *testGit {
 	t.Helper()
 	g := &testGit{t: t, dir: filepath.Join(t.TempDir(), "repo")}
 	args := []string{"init", "-q", "-b", "main"}
@@ -268,4 +268,20 @@ func TestLocalEvent(t *testing.T) {
 func eventEqual(a, b kiln.Event) bool {
 	return a.Name == b.Name && a.Ref == b.Ref && a.Branch == b.Branch && a.Tag == b.Tag && a.SHA == b.SHA && a.Before == b.Before &&
 		a.Repository == b.Repository && a.CloneURL == b.CloneURL && a.DefaultBranch == b.DefaultBranch && a.Actor == b.Actor && a.Message == b.Message
+}
+
+// A server started from inside a git hook inherits GIT_DIR and friends;
+// they must not redirect kiln's git commands to another repository.
+func TestLocalIgnoresInheritedGitEnvironment(t *testing.T) {
+	g, c1, _, _ := sampleRepo(t)
+	other := newTestGit(t, false)
+	other.commit("other", map[string]string{"x": "y"})
+	t.Setenv("GIT_DIR", filepath.Join(other.dir, ".git"))
+	t.Setenv("GIT_WORK_TREE", other.dir)
+	t.Setenv("GIT_CONFIG_PARAMETERS", "'core.bare'='true'")
+	repo, _ := NewRepo(localSource(g.dir), Options{})
+	files, err := repo.Workflows(t.Context(), "", c1)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("Workflows = %v, %v", paths(files), err)
+	}
 }
