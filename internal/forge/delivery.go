@@ -163,6 +163,16 @@ var (
 	deliveryRE = regexp.MustCompile(`^[\x21-\x7e]{1,200}$`)
 )
 
+// Identify reads a delivery's event type and id from its headers without
+// verifying anything, so the server can name a delivery it rejects in the
+// event log. generated is true when kiln made the id up (a generic sender
+// gave none). Receive calls it after the signature checks out.
+func Identify(kind Kind, h http.Header) (event, id string, generated bool, err error) {
+	d := &Delivery{Kind: kind}
+	err = identify(d, h)
+	return d.Event, d.ID, d.GeneratedID, err
+}
+
 func identify(d *Delivery, h http.Header) error {
 	var eventHdr, idHdrs = "", []string(nil)
 	switch d.Kind {

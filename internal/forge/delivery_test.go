@@ -285,3 +285,28 @@ func TestReceiveDefaultLimitIs25MiB(t *testing.T) {
 		t.Fatalf("%d %q", code, rc.Error)
 	}
 }
+
+func TestIdentify(t *testing.T) {
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	ev, id, gen, err := Identify(KindGitHub, hdr(HeaderGitHubEvent, "push", HeaderGitHubDelivery, "abc"))
+	if ev != "push" || id != "abc" || gen || err != nil {
+		t.Errorf("github: %q %q %v %v", ev, id, gen, err)
+	}
+	ev, id, _, err = Identify(KindGitea, hdr(HeaderForgejoEvent, "pull_request", HeaderForgejoDelivery, "f-1"))
+	if ev != "pull_request" || id != "f-1" || err != nil {
+		t.Errorf("forgejo: %q %q %v", ev, id, err)
+	}
+	ev, id, gen, err = Identify(KindGeneric, http.Header{})
+	if ev != "" || !gen || !strings.HasPrefix(id, "kiln-") || err != nil {
+		t.Errorf("generic: %q %q %v %v", ev, id, gen, err)
+	}
+	if _, _, _, err := Identify(KindGitHub, hdr(HeaderGitHubEvent, "push")); kiln.ErrorCode(err) != kiln.CodeInvalid {
+		t.Errorf("missing delivery: %v", err)
+	}
+}

@@ -1,9 +1,11 @@
 package forge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -245,11 +247,13 @@ func (r *StatusReporter) Stats() ReporterStats {
 // Run posts updates until ctx is cancelled, then cancels posts in flight,
 // waits for them and returns nil. Updates still queued are abandoned.
 func (r *StatusReporter) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs after cancel below: posts in flight stop first
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Every post sends one result; at most Workers are in flight, so the
+	// sends never block even after Run stopped reading.
 	results := make(chan postResult, r.cfg.Workers)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	inflight := 0
 	for {
 		var timer <-chan time.Time
@@ -303,7 +307,7 @@ func (r *StatusReporter) due(n int) (time.Time, []postJob) {
 		}
 	}
 	// Oldest first, so a burst cannot starve early reports.
-	sortEntries(ready)
+	slices.SortFunc(ready, func(a, b *statusEntry) int { return cmp.Compare(a.seq, b.seq) })
 	var jobs []postJob
 	for i, e := range ready {
 		if i >= n {
@@ -316,14 +320,6 @@ func (r *StatusReporter) due(n int) (time.Time, []postJob) {
 		jobs = append(jobs, postJob{key: e.key, version: e.version, st: e.st})
 	}
 	return next, jobs
-}
-
-func sortEntries(es []*statusEntry) {
-	for i := 1; i < len(es); i++ {
-		for j := i; j > 0 && es[j].seq < es[j-1].seq; j-- {
-			es[j], es[j-1] = es[j-1], es[j]
-		}
-	}
 }
 
 func (r *StatusReporter) post(ctx context.Context, job postJob) error {
