@@ -72,6 +72,17 @@ func BenchmarkWorkflows(b *testing.B) {
 			}
 		}
 	})
+	b.Run("github-api-cached", func(b *testing.B) {
+		f := newFakeForge(b, false, "Bearer tok-123")
+		f.trees[shaA] = map[string]fakeEntry{".kiln/workflows/ci.yml": {typ: "file", content: []byte("on: push\n")}}
+		inner, _ := NewRepo(apiForges[0].source(f.base()), Options{})
+		repo := WithWorkflowCache(inner, 0)
+		for b.Loop() {
+			if files, err := repo.Workflows(b.Context(), fakeRepo, shaA); err != nil || len(files) != 1 {
+				b.Fatal(len(files), err)
+			}
+		}
+	})
 	b.Run("local-git", func(b *testing.B) {
 		g := newTestGit(b, false)
 		sha := g.commit("c", map[string]string{".kiln/workflows/ci.yml": "on: push\n", ".kiln/workflows/release.yml": "on: tag\n"})

@@ -47,6 +47,9 @@ func contentListing(raw json.RawMessage) ([]contentEntry, error) {
 // readWorkflows picks the workflow files out of a directory listing and
 // reads each with fetch, turning unusable ones into error entries.
 func readWorkflows(entries []contentEntry, maxBytes int64, fetch func(contentEntry) ([]byte, error)) ([]WorkflowFile, error) {
+	if err := checkWorkflowCount(entries); err != nil {
+		return nil, err
+	}
 	var out []WorkflowFile
 	for _, e := range entries {
 		if e.Type == "notdir" {
@@ -56,9 +59,6 @@ func readWorkflows(entries []contentEntry, maxBytes int64, fetch func(contentEnt
 			continue
 		}
 		p := WorkflowDir + "/" + e.Name
-		if len(out) == DefaultMaxWorkflowFiles {
-			return nil, kiln.Errorf(kiln.CodeTooLarge, "%s holds more than %d workflow files", WorkflowDir, DefaultMaxWorkflowFiles)
-		}
 		switch {
 		case e.Type == "symlink":
 			out = append(out, WorkflowFile{Path: p, Err: kiln.Errorf(kiln.CodeInvalid, "%s is a symbolic link; workflow files must be regular files", p)})
@@ -81,6 +81,21 @@ func readWorkflows(entries []contentEntry, maxBytes int64, fetch func(contentEnt
 	}
 	slices.SortFunc(out, func(a, b WorkflowFile) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
+}
+
+// checkWorkflowCount refuses a directory with more workflow files than
+// kiln reads, before any is downloaded.
+func checkWorkflowCount(entries []contentEntry) error {
+	n := 0
+	for _, e := range entries {
+		if isWorkflowFile(e.Name) && (e.Type == "file" || e.Type == "symlink") {
+			n++
+		}
+	}
+	if n > DefaultMaxWorkflowFiles {
+		return kiln.Errorf(kiln.CodeTooLarge, "%s holds %d workflow files, more than the %d kiln reads", WorkflowDir, n, DefaultMaxWorkflowFiles)
+	}
+	return nil
 }
 
 // fileError marks a per-file problem that becomes an error entry rather

@@ -434,3 +434,18 @@ func TestAPIUnreachable(t *testing.T) {
 		t.Errorf("unreachable: %v", err)
 	}
 }
+
+func TestWorkflowsTooManyFiles(t *testing.T) {
+	eachForge(t, Options{}, func(t *testing.T, f *fakeForge, repo Repo) {
+		tree := map[string]fakeEntry{}
+		for i := range DefaultMaxWorkflowFiles + 1 {
+			tree[fmt.Sprintf(".kiln/workflows/w%03d.yml", i)] = fakeEntry{typ: "file", content: []byte("on: push\n")}
+		}
+		f.trees[shaA] = tree
+		_, err := repo.Workflows(t.Context(), fakeRepo, shaA)
+		wantCode(t, err, kiln.CodeTooLarge)
+		if n := len(f.seen()); n != 1 {
+			t.Errorf("%d requests, want only the listing", n)
+		}
+	})
+}

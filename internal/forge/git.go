@@ -35,11 +35,17 @@ type gitRepo struct {
 // more is errGitOutputTooLarge. The environment is the server's minus
 // anything GIT_* that could point git elsewhere, and git never prompts.
 func (g gitRepo) run(ctx context.Context, limit int64, args ...string) ([]byte, error) {
+	return g.runStdin(ctx, nil, limit, args...)
+}
+
+// runStdin is run with stdin.
+func (g gitRepo) runStdin(ctx context.Context, stdin io.Reader, limit int64, args ...string) ([]byte, error) {
 	full := append([]string{"-C", g.dir, "-c", "safe.directory=" + g.dir}, args...)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, g.git, full...)
 	cmd.Env = append(gitEnv(), g.env...)
+	cmd.Stdin = stdin
 	var stderr bytes.Buffer
 	cmd.Stderr = &limitedWriter{w: &stderr, n: gitMaxStderr}
 	out, err := cmd.StdoutPipe()
@@ -118,22 +124,51 @@ func (g gitRepo) commit(ctx context.Context, rev string) (string, bool, error) {
 	return strings.TrimSpace(string(out)), true, nil
 }
 
-// workflows reads the workflow files at sha.
+// workflows reads the workflow files at sha with two git processes: one
+// listing (with sizes, so big files are never read) and one batch read of
+// the files kept.
 func (g gitRepo) workflows(ctx context.Context, sha string, maxBytes int64) ([]WorkflowFile, error) {
 	if err := checkSHA(sha); err != nil {
 		return nil, err
 	}
-	full, ok, err := g.commit(ctx, sha)
-	if err != nil {
-		return nil, err
+	out, err := g.run(ctx, gitMaxListing, "ls-tree", "-z", "-l", sha+"^{commit}", "--", WorkflowDir+"/")
+	var ge *gitError
+	if errors.As(err, &ge) {
+		if _, ok, cerr := g.commit(ctx, sha); cerr == nil && !ok {
+			return nil, kiln.Errorf(kiln.CodeNotFound, "commit %s is not in the repository", sha)
+		}
 	}
-	if !ok {
-		return nil, kiln.Errorf(kiln.CodeNotFound, "commit %s is not in the repository", sha)
-	}
-	out, err := g.run(ctx, gitMaxListing, "ls-tree", "-z", "-l", full, "--", WorkflowDir+"/")
 	if err != nil {
 		return nil, fmt.Errorf("list %s at %s: %w", WorkflowDir, sha, err)
 	}
+	entries, oids := parseLsTree(out)
+	if err := checkWorkflowCount(entries); err != nil {
+		return nil, err
+	}
+	var want []string
+	var total int64
+	for _, e := range entries {
+		if e.Type == "file" && isWorkflowFile(e.Name) && e.Size <= maxBytes {
+			want = append(want, oids[e.Path])
+			total += e.Size
+		}
+	}
+	blobs, err := g.catBlobs(ctx, want, total)
+	if err != nil {
+		return nil, fmt.Errorf("read %s at %s: %w", WorkflowDir, sha, err)
+	}
+	return readWorkflows(entries, maxBytes, func(e contentEntry) ([]byte, error) {
+		b, ok := blobs[oids[e.Path]]
+		if !ok {
+			return nil, fmt.Errorf("git did not return %s", e.Path)
+		}
+		return b, nil
+	})
+}
+
+// parseLsTree reads `git ls-tree -z -l` output into directory entries and
+// their object ids by path.
+func parseLsTree(out []byte) ([]contentEntry, map[string]string) {
 	var entries []contentEntry
 	oids := map[string]string{}
 	for _, rec := range strings.Split(string(out), "\x00") {
@@ -158,13 +193,35 @@ func (g gitRepo) workflows(ctx context.Context, sha string, maxBytes int64) ([]W
 		oids[p] = f[2]
 		entries = append(entries, e)
 	}
-	return readWorkflows(entries, maxBytes, func(e contentEntry) ([]byte, error) {
-		b, err := g.run(ctx, maxBytes, "cat-file", "blob", oids[e.Path])
-		if errors.Is(err, errGitOutputTooLarge) {
-			return nil, &fileError{fileTooLarge(e.Path, maxBytes+1, maxBytes)}
+	return entries, oids
+}
+
+// catBlobs reads blobs whose sizes add up to total with one
+// `git cat-file --batch`.
+func (g gitRepo) catBlobs(ctx context.Context, oids []string, total int64) (map[string][]byte, error) {
+	blobs := map[string][]byte{}
+	if len(oids) == 0 {
+		return blobs, nil
+	}
+	in := strings.Join(oids, "\n") + "\n"
+	out, err := g.runStdin(ctx, strings.NewReader(in), total+int64(len(oids))*128, "cat-file", "--batch")
+	if err != nil {
+		return nil, err
+	}
+	for len(out) > 0 {
+		hdr, rest, ok := bytes.Cut(out, []byte("\n"))
+		f := strings.Fields(string(hdr)) // oid type size, or oid missing
+		if !ok || len(f) != 3 {
+			return nil, fmt.Errorf("git cat-file: unexpected %q", firstLine(string(hdr)))
 		}
-		return b, err
-	})
+		n, err := strconv.Atoi(f[2])
+		if err != nil || n < 0 || n+1 > len(rest) {
+			return nil, fmt.Errorf("git cat-file: bad size in %q", hdr)
+		}
+		blobs[f[0]] = rest[:n:n]
+		out = rest[n+1:]
+	}
+	return blobs, nil
 }
 
 // diffNames lists the files that differ between the merge base of base and

@@ -285,3 +285,15 @@ func TestLocalIgnoresInheritedGitEnvironment(t *testing.T) {
 		t.Fatalf("Workflows = %v, %v", paths(files), err)
 	}
 }
+
+func TestLocalWorkflowsTooManyFiles(t *testing.T) {
+	g := newTestGit(t, false)
+	files := map[string]string{}
+	for i := range DefaultMaxWorkflowFiles + 1 {
+		files[".kiln/workflows/w"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+strings.Repeat("0", i/26)+".yml"] = "on: push\n"
+	}
+	sha := g.commit("many", files)
+	repo, _ := NewRepo(localSource(g.dir), Options{})
+	_, err := repo.Workflows(t.Context(), "", sha)
+	wantCode(t, err, kiln.CodeTooLarge)
+}
