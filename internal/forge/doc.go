@@ -7,10 +7,12 @@
 //
 // One file per forge (github.go, gitea.go, generic.go, local.go) implements
 // the Repo interface; the shared pieces are the source configuration
-// (source.go), webhook verification (verify.go, delivery.go), the bounded
-// HTTP client (api.go), git plumbing (git.go) and the StatusReporter
-// (reporter.go), which debounces and retries statuses without ever blocking
-// the run that produced them.
+// (source.go, check.go), webhook verification (verify.go, delivery.go), the
+// bounded HTTP client (api.go) and contents API (contents.go), git plumbing
+// (git.go), the post-receive hook (hook.go), an immutable-content cache of
+// workflow files by commit (cache.go) and the StatusReporter (reporter.go),
+// which debounces and retries statuses without ever blocking the run that
+// produced them.
 //
 // Turning a webhook body into a kiln.Event is package trigger's job for
 // GitHub and Gitea payloads; forge builds events only for the payloads it
