@@ -20,6 +20,7 @@ const ReasonWaiting = "waiting for an agent"
 type ReadyJob struct {
 	ID          string
 	RunID       string
+	RunNumber   int64
 	Name        string
 	Base        string
 	Matrix      json.RawMessage
@@ -187,8 +188,12 @@ func scanPending(rows interface{ Scan(...any) error }) (pendingJob, error) {
 // release hands a job whose needs are met to the Releaser and applies its
 // decision.
 func (t *txn) release(ctx context.Context, p pendingJob, ups []UpstreamJob) error {
+	var number int64
+	if err := t.queryRow(ctx, "SELECT number FROM runs WHERE id = ?", p.RunID).Scan(&number); err != nil {
+		return fmt.Errorf("release %s: %w", p.Name, err)
+	}
 	rj := ReadyJob{
-		ID: p.ID, RunID: p.RunID, Name: p.Name, Base: p.Base,
+		ID: p.ID, RunID: p.RunID, RunNumber: number, Name: p.Name, Base: p.Base,
 		Matrix: json.RawMessage(p.Matrix), Spec: json.RawMessage(p.Spec),
 		Requirement: kiln.ParseRequirementKey(p.Key), Upstream: ups,
 	}
