@@ -209,4 +209,3 @@ func (e *Engine) sweepCancelGrace(ctx context.Context) error {
 	}
 	return nil
 }
-
