@@ -26,7 +26,9 @@ type Agent struct {
 	// jobCtx is the parent of every job; the hard stop cancels it.
 	jobCtx     context.Context
 	cancelJobs context.CancelFunc
-	stopCh     chan struct{} // closed by the hard stop
+	// stopCtx ends with the hard stop.
+	stopCtx context.Context
+	stopNow context.CancelFunc
 
 	mu       sync.Mutex
 	jobs     map[string]*job // running, and finished until their final status is acknowledged
@@ -79,16 +81,17 @@ func newAgent(cfg Config) (*Agent, error) {
 		cfg: cfg, url: url, id: id, labels: effectiveLabels(cfg.Labels),
 		log: cfg.Logger, now: cfg.Clock,
 		out:    newOutbox(cfg.BufferFrames, cfg.MaxFrameLines, cfg.Clock),
-		stopCh: make(chan struct{}),
 		jobs:   map[string]*job{},
 		change: make(chan struct{}),
 	}
 	a.jobCtx, a.cancelJobs = context.WithCancel(context.Background())
+	a.stopCtx, a.stopNow = context.WithCancel(context.Background())
 	return a, nil
 }
 
 func (a *Agent) run(ctx context.Context) error {
 	defer a.cancelJobs()
+	defer a.stopNow()
 	a.log.Info("agent starting", "agent_id", a.id, "server", a.url, "labels", a.labels.Key(), "max_jobs", a.cfg.MaxJobs)
 	// life bounds every connection; it ends StopTimeout after a hard stop.
 	life, endLife := context.WithCancel(context.Background())
@@ -100,6 +103,11 @@ func (a *Agent) run(ctx context.Context) error {
 	bo := newBackoff(a.cfg.MinReconnectDelay, a.cfg.MaxReconnectDelay)
 	for {
 		if a.finished() {
+			return nil
+		}
+		if a.isStopping() {
+			// Hard stop without a connection: nothing more can be sent.
+			a.waitUntil(life, a.noneRunning)
 			return nil
 		}
 		registered, err := a.session(life)
@@ -124,9 +132,7 @@ func (a *Agent) run(ctx context.Context) error {
 			bo.reset()
 		}
 		if a.isStopping() {
-			// Hard stop without a connection: nothing more can be sent.
-			a.waitUntil(life, a.noneRunning)
-			return nil
+			continue
 		}
 		d := bo.next()
 		if a.cfg.waitHook != nil {
@@ -152,7 +158,7 @@ func (a *Agent) pause(life context.Context, d time.Duration) {
 			return
 		case <-life.Done():
 			return
-		case <-a.stopCh:
+		case <-a.stopCtx.Done():
 			return
 		case <-ch:
 		}
@@ -193,10 +199,16 @@ func (a *Agent) drain(why string) {
 	}
 	a.draining = true
 	running := a.runningLocked()
-	a.changedLocked()
 	a.mu.Unlock()
 	a.log.Info("draining: finishing running jobs, taking no new ones", "why", why, "running", running)
-	a.sendStatus()
+	a.sendStatus() // before the change wakes the finisher, which may close the connection
+	a.notify()
+}
+
+func (a *Agent) notify() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.changedLocked()
 }
 
 // hardStop force-cancels every running job; Run returns once their last
@@ -211,7 +223,7 @@ func (a *Agent) hardStop() {
 	execs := a.forceCancelLocked()
 	a.changedLocked()
 	a.mu.Unlock()
-	close(a.stopCh)
+	a.stopNow()
 	a.log.Warn("stopping: force-cancelling running jobs", "running", len(execs))
 	for _, x := range execs {
 		x.Cancel(true)

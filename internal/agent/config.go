@@ -205,7 +205,7 @@ func ServerURL(raw string) (string, error) {
 	case u.Fragment != "" || u.RawQuery != "" || u.Opaque != "":
 		return "", fmt.Errorf("the orchestrator URL %q must not have a query or fragment", raw)
 	}
-	path := strings.TrimSuffix(u.Path, "/")
+	path := strings.TrimRight(u.Path, "/")
 	if appendPath || path == "" {
 		path += proto.Path
 	}

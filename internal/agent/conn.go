@@ -35,6 +35,9 @@ type session struct {
 func (a *Agent) session(life context.Context) (registered bool, err error) {
 	hctx, cancel := context.WithTimeout(life, a.cfg.HandshakeTimeout)
 	defer cancel()
+	// A hard stop abandons a connection not yet registered: it has
+	// nothing to flush.
+	defer context.AfterFunc(a.stopCtx, cancel)()
 	conn, _, err := websocket.Dial(hctx, a.url, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"kiln-agent/" + a.cfg.Version}},
 	})

@@ -198,6 +198,30 @@ func (h *harness) wait(t *testing.T) error {
 	}
 }
 
+// waitFor polls cond until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(agenttest.Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// delay waits for the agent's next reconnect delay.
+func (h *harness) delay(t *testing.T) time.Duration {
+	t.Helper()
+	select {
+	case d := <-h.waits:
+		return d
+	case <-time.After(agenttest.Timeout):
+		t.Fatal("the agent did not retry")
+		return 0
+	}
+}
+
 // exec waits for the runner to start the next job.
 func (h *harness) exec(t *testing.T) *fakeExec {
 	t.Helper()

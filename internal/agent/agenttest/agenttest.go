@@ -155,6 +155,11 @@ func (c *Conn) readLoop() {
 			}
 			continue
 		}
+		// The ack goes out before the test can see the frame, so anything
+		// the test sends after seeing it reaches the agent after the ack.
+		if seq > 0 && c.autoAck.Load() {
+			c.send(&proto.Ack{Seq: seq})
+		}
 		c.mu.Lock()
 		if seq > 0 {
 			if seq <= c.lastSeq {
@@ -168,9 +173,6 @@ func (c *Conn) readLoop() {
 		select {
 		case c.notify <- struct{}{}:
 		default:
-		}
-		if seq > 0 && c.autoAck.Load() {
-			c.send(&proto.Ack{Seq: seq})
 		}
 	}
 }
