@@ -216,6 +216,7 @@ func (s *session) readLoop(ctx context.Context) error {
 // writeLoop writes the outbox's frames in seq order: first the replay of
 // everything unacknowledged, then new frames as jobs report them.
 func (s *session) writeLoop(ctx context.Context) error {
+	enc := newFrameEncoder()
 	for {
 		seq, m, ok := s.a.out.next()
 		if !ok {
@@ -226,7 +227,7 @@ func (s *session) writeLoop(ctx context.Context) error {
 				return nil
 			}
 		}
-		b, err := proto.Encode(seq, m)
+		b, err := enc.encode(seq, m)
 		if err != nil {
 			// Cannot happen with cleaned frames; skipping one is better
 			// than replaying it forever.
