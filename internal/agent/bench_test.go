@@ -87,7 +87,7 @@ func benchSendLogs(b *testing.B, maxLines int) {
 	defer srv.Close()
 	cfg := Config{
 		Server: srv.URL, Token: "kat_bench", ID: "bench", Runner: runner, MaxFrameLines: maxLines,
-		BufferFrames: max(DefaultBufferFrames, b.N/50+100), // the producer is not throttled
+		BufferFrames:      max(DefaultBufferFrames, b.N/50+100), // the producer is not throttled
 		HeartbeatInterval: time.Hour, JobHeartbeatInterval: time.Hour,
 		Logger: slog.New(slog.DiscardHandler),
 	}
