@@ -200,6 +200,8 @@ func TestReconnectDelaysGrowAndResetAfterRegistering(t *testing.T) {
 	h.connect(t, proto.RegisterAck{})
 }
 
+// The agent side of seed checklist item 63: AGENT_ID_IN_USE comes with a
+// retryable close (4003), and the agent retries.
 func TestRetryableClosesReconnect(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, nil)
