@@ -1,0 +1,89 @@
+package logstore
+
+import "sync"
+
+// Event is a batch of new lines of one step of a followed job.
+type Event struct {
+	Ref   Ref
+	Lines []Line
+}
+
+// Subscription receives the new lines of one job as they are stored.
+type Subscription struct {
+	C <-chan Event
+
+	c      chan Event
+	s      *Store
+	jobID  string
+	once   sync.Once
+	lagged bool
+	mu     sync.Mutex
+}
+
+// Lagged reports whether the subscription was ended because its reader fell
+// behind; the reader should Read from its last seen seq and subscribe again.
+func (sub *Subscription) Lagged() bool {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.lagged
+}
+
+// Close ends the subscription.
+func (sub *Subscription) Close() {
+	sub.s.subMu.Lock()
+	delete(sub.s.subs[sub.jobID], sub)
+	if len(sub.s.subs[sub.jobID]) == 0 {
+		delete(sub.s.subs, sub.jobID)
+	}
+	sub.s.subMu.Unlock()
+	sub.end(false)
+}
+
+func (sub *Subscription) end(lagged bool) {
+	sub.once.Do(func() {
+		sub.mu.Lock()
+		sub.lagged = lagged
+		sub.mu.Unlock()
+		close(sub.c)
+	})
+}
+
+// Subscribe follows a job: every batch stored for any of its steps after this
+// call is delivered on C, in order per step. buffer bounds how many batches
+// may wait for the reader; when it overflows the subscription ends with
+// Lagged() true instead of blocking writers or growing memory.
+func (s *Store) Subscribe(jobID string, buffer int) *Subscription {
+	if buffer <= 0 {
+		buffer = 64
+	}
+	c := make(chan Event, buffer)
+	sub := &Subscription{C: c, c: c, s: s, jobID: jobID}
+	s.subMu.Lock()
+	if s.subs[jobID] == nil {
+		s.subs[jobID] = map[*Subscription]struct{}{}
+	}
+	s.subs[jobID][sub] = struct{}{}
+	s.subMu.Unlock()
+	return sub
+}
+
+func (s *Store) publish(r Ref, lines []Line) {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	set := s.subs[r.JobID]
+	if len(set) == 0 {
+		return
+	}
+	ev := Event{Ref: r, Lines: append([]Line(nil), lines...)}
+	for sub := range set {
+		select {
+		case sub.c <- ev:
+		default:
+			delete(set, sub)
+			sub.end(true)
+		}
+	}
+	if len(set) == 0 {
+		delete(s.subs, r.JobID)
+	}
+}

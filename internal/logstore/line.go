@@ -1,0 +1,101 @@
+package logstore
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	gojson "github.com/goccy/go-json"
+)
+
+// Line is one stored log line.
+type Line struct {
+	Seq    uint64 `json:"seq"`
+	Stream string `json:"stream"`
+	Text   string `json:"text"`
+	TimeMS int64  `json:"time_ms"`
+}
+
+// appendLine appends l as one JSON line. It is hand-written because it runs
+// for every line kiln stores; the output is plain JSON that any reader (and
+// decodeLine) parses.
+func appendLine(b []byte, l *Line) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, l.Seq, 10)
+	b = append(b, `,"stream":`...)
+	b = appendJSONString(b, l.Stream)
+	b = append(b, `,"text":`...)
+	b = appendJSONString(b, l.Text)
+	b = append(b, `,"time_ms":`...)
+	b = strconv.AppendInt(b, l.TimeMS, 10)
+	return append(b, "}\n"...)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// decodeLine parses one stored line (without its newline).
+func decodeLine(b []byte) (Line, error) {
+	var l Line
+	if err := gojson.Unmarshal(b, &l); err != nil {
+		return Line{}, fmt.Errorf("decode log line %.60q: %w", b, err)
+	}
+	return l, nil
+}
+
+// lastSeq returns the seq of the last complete line in data, and the length
+// of data up to and including that line (anything after it is a torn write).
+func lastSeq(data []byte) (seq uint64, complete int, err error) {
+	end := bytes.LastIndexByte(data, '\n')
+	if end < 0 {
+		return 0, 0, nil
+	}
+	start := bytes.LastIndexByte(data[:end], '\n') + 1
+	l, err := decodeLine(data[start:end])
+	if err != nil {
+		return 0, 0, err
+	}
+	return l.Seq, end + 1, nil
+}

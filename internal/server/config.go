@@ -1,0 +1,293 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole server configuration. It is read from, in increasing
+// precedence: the defaults below, a YAML file (--config), KILN_* environment
+// variables (KILN_<SECTION>_<KEY>, e.g. KILN_AGENTS_ACK_TIMEOUT=5s), and
+// command-line flags. docs/configuration.md lists every key; a test keeps the
+// two in step.
+type Config struct {
+	Listen      string `yaml:"listen" doc:"address the HTTP server listens on (API, webhooks, agents at /ws)"`
+	DataDir     string `yaml:"data_dir" doc:"directory for the SQLite database, step logs and agent state"`
+	Database    string `yaml:"database" doc:"database URL: empty for SQLite in data_dir, or postgres://user:pass@host/db"`
+	PublicURL   string `yaml:"public_url" doc:"URL people use to reach this server; used in links posted to forges (default http://<listen>)"`
+	AdminToken  string `yaml:"admin_token" doc:"fix the first admin token instead of generating one (KILN_ADMIN_TOKEN)"`
+	LocalAgents int    `yaml:"local_agents" doc:"agent processes the server starts on its own host (labels local, OS, arch); 0 turns them off"`
+
+	Log      LogConfig      `yaml:"log"`
+	Agents   AgentsConfig   `yaml:"agents"`
+	Queue    QueueConfig    `yaml:"queue"`
+	Webhooks WebhooksConfig `yaml:"webhooks"`
+	Runs     RunsConfig     `yaml:"runs"`
+}
+
+// LogConfig configures the server's own structured log.
+type LogConfig struct {
+	Level  string `yaml:"level" doc:"debug, info, warn or error"`
+	Format string `yaml:"format" doc:"text or json"`
+}
+
+// AgentsConfig holds every timing and limit of the agent protocol.
+type AgentsConfig struct {
+	AuthTimeout          time.Duration `yaml:"auth_timeout" doc:"an agent must authenticate this soon after connecting"`
+	RegisterTimeout      time.Duration `yaml:"register_timeout" doc:"and register this soon after authenticating"`
+	HeartbeatInterval    time.Duration `yaml:"heartbeat_interval" doc:"how often agents send heartbeats (told to them at registration)"`
+	UnhealthyAfter       time.Duration `yaml:"unhealthy_after" doc:"an agent silent this long is reported unhealthy"`
+	DropAfter            time.Duration `yaml:"drop_after" doc:"an agent silent this long is disconnected and its jobs enter recovery"`
+	JobHeartbeatInterval time.Duration `yaml:"job_heartbeat_interval" doc:"how often agents send a heartbeat per running job"`
+	StaleAfter           time.Duration `yaml:"stale_after" doc:"a running job without a job heartbeat this long is timed_out_stale"`
+	AckTimeout           time.Duration `yaml:"ack_timeout" doc:"an agent must acknowledge a dispatched job this soon, else the job is requeued"`
+	RecoveryWindow       time.Duration `yaml:"recovery_window" doc:"how long a started job waits for its lost agent to reconnect"`
+	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent"`
+	MessagesPerSecond    int           `yaml:"messages_per_second" doc:"sustained frames per second per agent before it is throttled (heartbeats exempt)"`
+	BytesPerSecond       int           `yaml:"bytes_per_second" doc:"sustained bytes per second per agent before it is throttled"`
+}
+
+// QueueConfig configures the dispatch queue.
+type QueueConfig struct {
+	MaxAttempts     int           `yaml:"max_attempts" doc:"dispatch attempts before a job fails"`
+	Expiry          time.Duration `yaml:"expiry" doc:"a queued job no agent took within this time fails (0: never)"`
+	UnroutableGrace time.Duration `yaml:"unroutable_grace" doc:"a queued job no known agent could ever take fails as unroutable after this"`
+	SweepInterval   time.Duration `yaml:"sweep_interval" doc:"how often ack deadlines, recovery windows, expiry and run deadlines are checked"`
+	RedriveInterval time.Duration `yaml:"redrive_interval" doc:"safety net: how often queued jobs are offered to idle agents again"`
+}
+
+// WebhooksConfig configures ingress.
+type WebhooksConfig struct {
+	MaxBodyBytes int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
+	DedupTTL     time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
+}
+
+// RunsConfig configures runs.
+type RunsConfig struct {
+	CancelGrace time.Duration `yaml:"cancel_grace" doc:"a cancelled job whose agent does not confirm within this is marked cancelled anyway"`
+}
+
+// DefaultConfig returns the embedded defaults: everything a newcomer needs.
+func DefaultConfig() Config {
+	return Config{
+		Listen:      "127.0.0.1:4000",
+		DataDir:     "kiln-data",
+		LocalAgents: 1,
+		Log:         LogConfig{Level: "info", Format: "text"},
+		Agents: AgentsConfig{
+			AuthTimeout: 5 * time.Second, RegisterTimeout: 10 * time.Second,
+			HeartbeatInterval: 30 * time.Second, UnhealthyAfter: 90 * time.Second, DropAfter: 180 * time.Second,
+			JobHeartbeatInterval: 60 * time.Second, StaleAfter: 120 * time.Second,
+			AckTimeout: 10 * time.Second, RecoveryWindow: 120 * time.Second,
+			MaxMessageBytes: 4 << 20, MessagesPerSecond: 2000, BytesPerSecond: 64 << 20,
+		},
+		Queue: QueueConfig{
+			MaxAttempts: 5, Expiry: time.Hour, UnroutableGrace: 2 * time.Minute,
+			SweepInterval: time.Second, RedriveInterval: 10 * time.Second,
+		},
+		Webhooks: WebhooksConfig{MaxBodyBytes: 25 << 20, DedupTTL: 24 * time.Hour},
+		Runs:     RunsConfig{CancelGrace: time.Minute},
+	}
+}
+
+// LoadFile overlays a YAML file onto c. Unknown keys are errors, so a typo
+// never silently leaves a default in place.
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty file is an empty configuration.
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadEnv overlays KILN_* variables: KILN_<KEY> for top-level keys and
+// KILN_<SECTION>_<KEY> for nested ones, upper-cased yaml names.
+func (c *Config) LoadEnv(getenv func(string) string) error {
+	return eachField(reflect.ValueOf(c).Elem(), "", func(key string, v reflect.Value, _ string) error {
+		name := "KILN_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+		raw := getenv(name)
+		if raw == "" {
+			return nil
+		}
+		if err := setField(v, raw); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// Set assigns one key by its dotted yaml path, e.g. "agents.ack_timeout".
+func (c *Config) Set(key, raw string) error {
+	found := false
+	err := eachField(reflect.ValueOf(c).Elem(), "", func(k string, v reflect.Value, _ string) error {
+		if k != key {
+			return nil
+		}
+		found = true
+		return setField(v, raw)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	if !found {
+		return fmt.Errorf("unknown configuration key %q", key)
+	}
+	return nil
+}
+
+// Keys lists every configuration key with its doc string, in order.
+func Keys() [][2]string {
+	var out [][2]string
+	c := DefaultConfig()
+	_ = eachField(reflect.ValueOf(&c).Elem(), "", func(k string, _ reflect.Value, doc string) error {
+		out = append(out, [2]string{k, doc})
+		return nil
+	})
+	return out
+}
+
+func eachField(v reflect.Value, prefix string, fn func(key string, v reflect.Value, doc string) error) error {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := prefix + f.Tag.Get("yaml")
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+			if err := eachField(v.Field(i), key+".", fn); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(key, v.Field(i), f.Tag.Get("doc")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setField(v reflect.Value, raw string) error {
+	switch {
+	case v.Type() == reflect.TypeOf(time.Duration(0)):
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration like 30s or 5m", raw)
+		}
+		v.SetInt(int64(d))
+	case v.Kind() == reflect.String:
+		v.SetString(raw)
+	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", raw)
+		}
+		v.SetInt(n)
+	default:
+		return fmt.Errorf("cannot set a %s from text", v.Kind())
+	}
+	return nil
+}
+
+// Validate checks the configuration and fills what is derived from other
+// keys. Its errors are sentences naming the key.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen: %q is not host:port (e.g. 127.0.0.1:4000 or :4000)", c.Listen)
+	}
+	if c.DataDir == "" {
+		add("data_dir must not be empty")
+	} else if abs, err := filepath.Abs(c.DataDir); err == nil {
+		c.DataDir = abs
+	}
+	if c.Database != "" && !strings.HasPrefix(c.Database, "postgres://") && !strings.HasPrefix(c.Database, "postgresql://") &&
+		!strings.HasPrefix(c.Database, "sqlite://") && !strings.HasPrefix(c.Database, "file:") {
+		add("database: %q is neither postgres://… nor sqlite://…", redactURL(c.Database))
+	}
+	if c.PublicURL == "" {
+		host, port, _ := net.SplitHostPort(c.Listen)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "localhost"
+		}
+		c.PublicURL = "http://" + net.JoinHostPort(host, port)
+	} else if u, err := url.Parse(c.PublicURL); err != nil || u.Scheme == "" || u.Host == "" {
+		add("public_url: %q is not an absolute URL", c.PublicURL)
+	}
+	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	if c.LocalAgents < 0 || c.LocalAgents > 64 {
+		add("local_agents must be between 0 and 64, got %d", c.LocalAgents)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		add("log.format must be text or json, got %q", c.Log.Format)
+	}
+	a := c.Agents
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"agents.auth_timeout", a.AuthTimeout}, {"agents.register_timeout", a.RegisterTimeout},
+		{"agents.heartbeat_interval", a.HeartbeatInterval}, {"agents.unhealthy_after", a.UnhealthyAfter},
+		{"agents.drop_after", a.DropAfter}, {"agents.job_heartbeat_interval", a.JobHeartbeatInterval},
+		{"agents.stale_after", a.StaleAfter}, {"agents.ack_timeout", a.AckTimeout},
+		{"agents.recovery_window", a.RecoveryWindow}, {"queue.sweep_interval", c.Queue.SweepInterval},
+		{"queue.redrive_interval", c.Queue.RedriveInterval}, {"queue.unroutable_grace", c.Queue.UnroutableGrace},
+		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"runs.cancel_grace", c.Runs.CancelGrace},
+	} {
+		if d.v <= 0 {
+			add("%s must be positive, got %s", d.key, d.v)
+		}
+	}
+	if a.DropAfter <= a.HeartbeatInterval {
+		add("agents.drop_after (%s) must be longer than agents.heartbeat_interval (%s)", a.DropAfter, a.HeartbeatInterval)
+	}
+	if a.StaleAfter <= a.JobHeartbeatInterval {
+		add("agents.stale_after (%s) must be longer than agents.job_heartbeat_interval (%s)", a.StaleAfter, a.JobHeartbeatInterval)
+	}
+	if a.MaxMessageBytes < 64<<10 {
+		add("agents.max_message_bytes must be at least 65536, got %d", a.MaxMessageBytes)
+	}
+	if a.MessagesPerSecond < 1 || a.BytesPerSecond < 1 {
+		add("agents.messages_per_second and agents.bytes_per_second must be positive")
+	}
+	if c.Queue.MaxAttempts < 1 {
+		add("queue.max_attempts must be at least 1, got %d", c.Queue.MaxAttempts)
+	}
+	if c.Queue.Expiry < 0 {
+		add("queue.expiry must not be negative (0 means never)")
+	}
+	if c.Webhooks.MaxBodyBytes < 1<<10 {
+		add("webhooks.max_body_bytes must be at least 1024, got %d", c.Webhooks.MaxBodyBytes)
+	}
+	return errors.Join(errs...)
+}
+
+// redactURL hides a password in a database URL before it is printed.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}
