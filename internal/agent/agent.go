@@ -61,6 +61,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return kiln.Errorf(kiln.CodeInvalid, "%s", err.Error())
 	}
+	if cfg.Runner == nil {
+		r, err := newDefaultRunner(cfg)
+		if err != nil {
+			return err
+		}
+		cfg.Runner = r
+	}
 	a, err := newAgent(cfg)
 	if err != nil {
 		return err

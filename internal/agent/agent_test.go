@@ -65,7 +65,7 @@ func TestHeartbeatsAtTheIntervalsOfTheRegisterAck(t *testing.T) {
 		}
 	}
 	c.Send(t, dispatch("job-1", 3, "block"))
-	c.Expect(t, proto.TypeJobAck)
+	expectAck(t, c)
 	x := h.exec(t)
 	for {
 		switch m := c.Heartbeat(t).(type) {
@@ -105,7 +105,7 @@ func TestDispatchRunsTheJobAndReportsEverything(t *testing.T) {
 	h := startAgent(t, orch, func(c *Config) { c.MaxJobs = 1 })
 	c, _ := h.connect(t, proto.RegisterAck{})
 	c.Send(t, dispatch("job-1", 7, "lines 120", "output version=42"))
-	ack := c.Expect(t, proto.TypeJobAck).Msg.(*proto.JobAck)
+	ack := expectAck(t, c)
 	if ack.JobID != "job-1" || ack.LeaseEpoch != 7 {
 		t.Fatalf("ack %+v", ack)
 	}
@@ -152,7 +152,7 @@ func TestDispatchRunsTheJobAndReportsEverything(t *testing.T) {
 	}
 	// A finished job frees its slot.
 	c.Send(t, dispatch("job-2", 1, "output a=b"))
-	c.Expect(t, proto.TypeJobAck)
+	expectAck(t, c)
 }
 
 func TestAgentStatusFollowsCapacity(t *testing.T) {
@@ -183,7 +183,7 @@ func TestRejectsWhenBusyAndAcksARepeatedDispatch(t *testing.T) {
 	h := startAgent(t, orch, func(c *Config) { c.MaxJobs = 1 })
 	c, _ := h.connect(t, proto.RegisterAck{})
 	c.Send(t, dispatch("job-1", 1, "block"))
-	c.Expect(t, proto.TypeJobAck)
+	expectAck(t, c)
 	x := h.exec(t)
 	c.Send(t, dispatch("job-2", 4, "block"))
 	c.Send(t, dispatch("job-1", 1, "block")) // the same dispatch again
@@ -223,7 +223,7 @@ func TestRejectsUnusableSpecs(t *testing.T) {
 	}
 	// The connection survives both.
 	c.Send(t, dispatch("job-3", 1, "lines 1"))
-	c.Expect(t, proto.TypeJobAck)
+	expectAck(t, c)
 }
 
 func TestCancelGracefulAndForced(t *testing.T) {
@@ -237,7 +237,7 @@ func TestCancelGracefulAndForced(t *testing.T) {
 			id = "job-forced"
 		}
 		c.Send(t, dispatch(id, 2, "block", "lines 5"))
-		c.Expect(t, proto.TypeJobAck)
+		expectAck(t, c)
 		x := h.exec(t)
 		c.Send(t, &proto.Cancel{JobID: id, LeaseEpoch: 1, Force: !force}) // another lease: ignored
 		c.Send(t, &proto.Cancel{JobID: id, LeaseEpoch: 2, Force: force, Reason: "user"})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/proto"
 )
 
@@ -39,8 +40,8 @@ const (
 	lineOverheadBytes = 64 // seq, stream, time and JSON punctuation of one line
 )
 
-// Config is an agent's configuration. Server, Token and Runner are required,
-// and one of ID or StateDir.
+// Config is an agent's configuration. Server and Token are required, and one
+// of ID or StateDir.
 type Config struct {
 	// Server is the orchestrator: ws://host:port/ws, wss://…, or
 	// http(s)://host:port, to which /ws is appended.
@@ -80,8 +81,11 @@ type Config struct {
 	// end and for their last frames to be acknowledged.
 	StopTimeout time.Duration
 
-	// Runner prepares and runs the jobs.
-	Runner Runner
+	// Runner prepares and runs the jobs; nil runs them with the executor,
+	// configured by Executor (its BaseEnv defaults to this process's
+	// environment, without the agent's settings).
+	Runner   Runner
+	Executor executor.Config
 	// Drain, when closed, drains the agent: running jobs finish, new ones
 	// are refused, and Run returns once everything is acknowledged.
 	Drain  <-chan struct{}
@@ -161,9 +165,6 @@ func (c Config) validate() error {
 	}
 	if c.MaxReconnectDelay < c.MinReconnectDelay {
 		return errors.New("the maximum reconnect delay is shorter than the minimum")
-	}
-	if c.Runner == nil {
-		return errors.New("no runner: the agent has nothing to run jobs with")
 	}
 	return nil
 }

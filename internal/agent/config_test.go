@@ -100,7 +100,6 @@ func TestRunRefusesBadConfigs(t *testing.T) {
 		{func(c *Config) { c.MaxFrameLines = 6000 }, "lines per log frame"},
 		{func(c *Config) { c.HeartbeatInterval = -1 }, "heartbeat interval must not be negative"},
 		{func(c *Config) { c.MinReconnectDelay = 120e9 }, "maximum reconnect delay is shorter"},
-		{func(c *Config) { c.Runner = nil }, "no runner"},
 	}
 	for _, tc := range cases {
 		cfg := base()

@@ -51,13 +51,21 @@ func (a *Agent) session(life context.Context) (registered bool, err error) {
 	ctx, stop := context.WithCancel(life)
 	defer stop()
 	s := &session{a: a, conn: conn, ctx: ctx}
-	ack, err := s.handshake(hctx)
+	reg, ack, err := s.handshake(hctx)
 	if err != nil {
 		return false, s.outcome(err)
 	}
 	cancel()
 	s.registered(ack)
 	defer s.disconnected()
+	if !reg.Draining {
+		a.mu.Lock()
+		st := &proto.AgentStatus{ActiveJobs: a.runningLocked(), Draining: a.draining}
+		a.mu.Unlock()
+		if st.Draining { // the drain began during the handshake
+			s.sendLogged(st)
+		}
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.readLoop(gctx) })
@@ -68,22 +76,23 @@ func (a *Agent) session(life context.Context) (registered bool, err error) {
 }
 
 // handshake sends auth and register and waits for their answers.
-func (s *session) handshake(ctx context.Context) (*proto.RegisterAck, error) {
+func (s *session) handshake(ctx context.Context) (*proto.Register, *proto.RegisterAck, error) {
 	auth := &proto.Auth{Token: s.a.cfg.Token, ProtocolVersion: proto.Version, AgentVersion: clip(s.a.cfg.Version, proto.MaxMetadataLen)}
 	if err := s.write(ctx, auth); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := s.expect(ctx, proto.TypeAuthOK); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := s.write(ctx, s.a.registration()); err != nil {
-		return nil, err
+	reg := s.a.registration()
+	if err := s.write(ctx, reg); err != nil {
+		return nil, nil, err
 	}
 	m, err := s.expect(ctx, proto.TypeRegisterAck)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return m.(*proto.RegisterAck), nil
+	return reg, m.(*proto.RegisterAck), nil
 }
 
 // expect reads frames until one of type typ arrives.

@@ -14,10 +14,14 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/agent/agenttest"
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/proto"
 )
 
 func TestMain(m *testing.M) {
+	// Tests that run real jobs re-execute this binary as the executor's
+	// step supervisor.
+	executor.MaybeRunShim()
 	os.Exit(m.Run())
 }
 
@@ -258,5 +262,21 @@ func forceOf(t *testing.T, x *fakeExec) bool {
 	case <-time.After(agenttest.Timeout):
 		t.Fatal("the job was not cancelled")
 		return false
+	}
+}
+
+// expectAck waits for the next job.ack, skipping agent.status frames (sent
+// directly, so they may come before it).
+func expectAck(t *testing.T, c *agenttest.Conn) *proto.JobAck {
+	t.Helper()
+	for {
+		f := c.Next(t)
+		switch m := f.Msg.(type) {
+		case *proto.JobAck:
+			return m
+		case *proto.AgentStatus:
+		default:
+			t.Fatalf("got %s %+v, want job.ack", f.Type(), f.Msg)
+		}
 	}
 }

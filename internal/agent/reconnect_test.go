@@ -40,7 +40,7 @@ func TestUnacknowledgedFramesAreReplayedInOrderAfterAReconnect(t *testing.T) {
 	h := startAgent(t, orch, nil)
 	c1, _ := h.connect(t, proto.RegisterAck{})
 	c1.Send(t, dispatch("job-1", 5, "lines 100", "block"))
-	c1.Expect(t, proto.TypeJobAck)
+	expectAck(t, c1)
 	x := h.exec(t)
 	first := c1.Until(t, func(f agenttest.Frame) bool {
 		st, ok := f.Msg.(*proto.StepStatus)
@@ -53,7 +53,7 @@ func TestUnacknowledgedFramesAreReplayedInOrderAfterAReconnect(t *testing.T) {
 	// The orchestrator stores the first two frames, then the connection dies.
 	c1.Send(t, &proto.Ack{Seq: 2})
 	c1.Send(t, dispatch("job-1", 5, "lines 100", "block")) // a round trip: the ack was read
-	c1.Expect(t, proto.TypeJobAck)
+	expectAck(t, c1)
 	c1.Drop()
 
 	c2 := orch.Accept(t)
@@ -67,7 +67,7 @@ func TestUnacknowledgedFramesAreReplayedInOrderAfterAReconnect(t *testing.T) {
 	}
 	c2.Send(t, &proto.Ack{Seq: replay[len(replay)-1].Seq})
 	c2.Send(t, dispatch("job-1", 5, "lines 100", "block"))
-	c2.Expect(t, proto.TypeJobAck)
+	expectAck(t, c2)
 	c2.Drop()
 
 	// Everything was acknowledged: nothing is replayed, the job goes on.
@@ -254,7 +254,7 @@ func TestSupersededAgentExitsCleanly(t *testing.T) {
 	h := startAgent(t, orch, nil)
 	c, _ := h.connect(t, proto.RegisterAck{})
 	c.Send(t, dispatch("job-1", 1, "block"))
-	c.Expect(t, proto.TypeJobAck)
+	expectAck(t, c)
 	x := h.exec(t)
 	c.Close(nil, proto.CloseSuperseded, "superseded")
 	if err := h.wait(t); err != nil {
@@ -270,7 +270,7 @@ func TestDroppedJobIsStoppedAndItsFramesDiscarded(t *testing.T) {
 	h := startAgent(t, orch, nil)
 	c1, _ := h.connect(t, proto.RegisterAck{})
 	c1.Send(t, dispatch("job-1", 1, "lines 30", "block"))
-	c1.Expect(t, proto.TypeJobAck)
+	expectAck(t, c1)
 	x := h.exec(t)
 	c1.Until(t, func(f agenttest.Frame) bool {
 		st, ok := f.Msg.(*proto.StepStatus)

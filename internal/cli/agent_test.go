@@ -1,8 +1,18 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/agent/agenttest"
+	"github.com/kilnci/kiln/internal/proto"
 )
 
 func TestAgentUsageErrors(t *testing.T) {
@@ -40,5 +50,80 @@ func TestAgentHelpNamesTheEnvironment(t *testing.T) {
 		if code != ExitOK || !strings.Contains(out, want) {
 			t.Errorf("help lacks %q (code %d)", want, code)
 		}
+	}
+}
+
+// agentRun runs `kiln agent` in-process against a scripted orchestrator.
+func agentRun(t *testing.T, vars map[string]string, args ...string) <-chan [2]any {
+	t.Helper()
+	res := make(chan [2]any, 1)
+	go func() {
+		code, _, stderr := runCLI(t, vars, append([]string{"agent"}, args...)...)
+		res <- [2]any{code, stderr}
+	}()
+	return res
+}
+
+func waitAgent(t *testing.T, res <-chan [2]any) (int, string) {
+	t.Helper()
+	select {
+	case r := <-res:
+		return r[0].(int), r[1].(string)
+	case <-time.After(agenttest.Timeout):
+		t.Fatal("kiln agent did not exit")
+		return 0, ""
+	}
+}
+
+func TestAgentTakesFlagsOverEnvironment(t *testing.T) {
+	orch := agenttest.New(t)
+	stateDir := t.TempDir()
+	vars := map[string]string{
+		"KILN_AGENT_SERVER": orch.URL(), "KILN_AGENT_TOKEN": "kat_env", "KILN_AGENT_LABELS": "env-label",
+		"KILN_AGENT_MAX_JOBS": "3", "KILN_AGENT_STATE_DIR": stateDir,
+	}
+	res := agentRun(t, vars, "--token", "kat_flag", "--labels", "GPU, fast")
+	c := orch.Accept(t)
+	auth, reg := c.Handshake(t, proto.RegisterAck{})
+	want := kiln.NewLabels("gpu", "fast", runtime.GOOS, runtime.GOARCH)
+	if auth.Token != "kat_flag" || !slices.Equal(reg.Labels, want) || reg.MaxJobs != 3 || reg.Version != Version {
+		t.Errorf("auth %+v, register %+v", auth, reg)
+	}
+	id, err := os.ReadFile(filepath.Join(stateDir, "agent-id"))
+	if err != nil || strings.TrimSpace(string(id)) != reg.AgentID {
+		t.Errorf("state file %q (%v), registered as %q", id, err, reg.AgentID)
+	}
+	c.Send(t, &proto.Drain{})
+	if code, stderr := waitAgent(t, res); code != ExitOK || !strings.Contains(stderr, "draining") {
+		t.Fatalf("code %d, stderr:\n%s", code, stderr)
+	}
+}
+
+func TestAgentDrainsOnSIGTERM(t *testing.T) {
+	orch := agenttest.New(t)
+	res := agentRun(t, map[string]string{"HOME": t.TempDir()}, "--server", orch.URL(), "--token", "kat_x")
+	c := orch.Accept(t)
+	c.Handshake(t, proto.RegisterAck{})
+	// The command has caught SIGTERM since before it connected.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.WaitClosed(t); code != 1000 {
+		t.Fatalf("closed with %d", code)
+	}
+	if code, stderr := waitAgent(t, res); code != ExitOK || !strings.Contains(stderr, "draining") {
+		t.Fatalf("code %d, stderr:\n%s", code, stderr)
+	}
+}
+
+func TestAgentRefusedTokenExitsOne(t *testing.T) {
+	orch := agenttest.New(t)
+	res := agentRun(t, map[string]string{"HOME": t.TempDir()}, "--server", orch.URL(), "--token", "kat_bad")
+	c := orch.Accept(t)
+	c.Expect(t, proto.TypeAuth)
+	c.Close(&proto.Error{Code: proto.ErrUnauthorized, Message: "unknown token"}, proto.CloseAuthFailed, "auth failed")
+	code, stderr := waitAgent(t, res)
+	if code != ExitFailure || !strings.Contains(stderr, "kiln: agent: the orchestrator refused the agent token") {
+		t.Fatalf("code %d, stderr:\n%s", code, stderr)
 	}
 }
