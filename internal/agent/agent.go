@@ -12,9 +12,9 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 )
 
-// Agent is one agent process's state: its identity, its jobs, the outbox and
+// agent is one agent process's state: its identity, its jobs, the outbox and
 // the current connection. Run creates it.
-type Agent struct {
+type agent struct {
 	cfg    Config
 	url    string
 	id     string
@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return a.run(ctx)
 }
 
-func newAgent(cfg Config) (*Agent, error) {
+func newAgent(cfg Config) (*agent, error) {
 	url, _ := ServerURL(cfg.Server) // validated
 	id := cfg.ID
 	if id == "" {
@@ -84,7 +84,7 @@ func newAgent(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{
+	a := &agent{
 		cfg: cfg, url: url, id: id, labels: effectiveLabels(cfg.Labels),
 		log: cfg.Logger, now: cfg.Clock,
 		out:    newOutbox(cfg.BufferFrames, cfg.MaxFrameLines, cfg.Clock),
@@ -96,7 +96,7 @@ func newAgent(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-func (a *Agent) run(ctx context.Context) error {
+func (a *agent) run(ctx context.Context) error {
 	defer a.cancelJobs()
 	defer a.stopNow()
 	a.log.Info("agent starting", "agent_id", a.id, "server", a.url, "labels", a.labels.Key(), "max_jobs", a.cfg.MaxJobs)
@@ -152,7 +152,7 @@ func (a *Agent) run(ctx context.Context) error {
 
 // pause waits d before the next attempt, and less when the agent may be able
 // to exit instead.
-func (a *Agent) pause(life context.Context, d time.Duration) {
+func (a *agent) pause(life context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
@@ -173,7 +173,7 @@ func (a *Agent) pause(life context.Context, d time.Duration) {
 }
 
 // watch turns Config.Drain into a drain and ctx's end into the hard stop.
-func (a *Agent) watch(ctx context.Context, quit <-chan struct{}, endLife func()) {
+func (a *agent) watch(ctx context.Context, quit <-chan struct{}, endLife func()) {
 	drain := a.cfg.Drain
 	for {
 		select {
@@ -198,7 +198,7 @@ func (a *Agent) watch(ctx context.Context, quit <-chan struct{}, endLife func())
 
 // drain takes no new jobs and lets the running ones finish; Run returns once
 // they have and everything they reported is acknowledged.
-func (a *Agent) drain(why string) {
+func (a *agent) drain(why string) {
 	a.mu.Lock()
 	if a.draining {
 		a.mu.Unlock()
@@ -212,7 +212,7 @@ func (a *Agent) drain(why string) {
 	a.notify()
 }
 
-func (a *Agent) notify() {
+func (a *agent) notify() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.changedLocked()
@@ -220,7 +220,7 @@ func (a *Agent) notify() {
 
 // hardStop force-cancels every running job; Run returns once their last
 // frames are acknowledged, or StopTimeout later.
-func (a *Agent) hardStop() {
+func (a *agent) hardStop() {
 	a.mu.Lock()
 	if a.stopping {
 		a.mu.Unlock()
@@ -241,7 +241,7 @@ func (a *Agent) hardStop() {
 
 // abandon ends the agent after a refusal: jobs are force-cancelled and
 // awaited for at most StopTimeout, since nothing they report can be sent.
-func (a *Agent) abandon() {
+func (a *agent) abandon() {
 	a.hardStop()
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StopTimeout)
 	defer cancel()
@@ -251,7 +251,7 @@ func (a *Agent) abandon() {
 // finished reports whether a draining or stopping agent may exit: no job
 // left and every frame acknowledged, or, stopping without a connection, no
 // job running.
-func (a *Agent) finished() bool {
+func (a *agent) finished() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -263,13 +263,13 @@ func (a *Agent) finished() bool {
 	return len(a.jobs) == 0 && a.out.size() == 0
 }
 
-func (a *Agent) isStopping() bool {
+func (a *agent) isStopping() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.stopping
 }
 
-func (a *Agent) noneRunning() bool {
+func (a *agent) noneRunning() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.runningLocked() == 0
@@ -277,19 +277,19 @@ func (a *Agent) noneRunning() bool {
 
 // changed returns a channel closed at the next change of jobs, drain, stop
 // or acknowledgements. Take it before checking a condition, then wait on it.
-func (a *Agent) changed() <-chan struct{} {
+func (a *agent) changed() <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.change
 }
 
-func (a *Agent) changedLocked() {
+func (a *agent) changedLocked() {
 	close(a.change)
 	a.change = make(chan struct{})
 }
 
 // waitUntil waits for cond or ctx's end.
-func (a *Agent) waitUntil(ctx context.Context, cond func() bool) {
+func (a *agent) waitUntil(ctx context.Context, cond func() bool) {
 	for {
 		ch := a.changed()
 		if cond() {
@@ -304,7 +304,7 @@ func (a *Agent) waitUntil(ctx context.Context, cond func() bool) {
 }
 
 // sendStatus tells the orchestrator the agent's capacity changed.
-func (a *Agent) sendStatus() {
+func (a *agent) sendStatus() {
 	a.mu.Lock()
 	s, st := a.sess, &proto.AgentStatus{ActiveJobs: a.runningLocked(), Draining: a.draining}
 	a.mu.Unlock()
@@ -314,7 +314,7 @@ func (a *Agent) sendStatus() {
 }
 
 // registration is the register frame for a new connection.
-func (a *Agent) registration() *proto.Register {
+func (a *agent) registration() *proto.Register {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	reg := &proto.Register{

@@ -17,7 +17,7 @@ import (
 
 // session is one registered connection to the orchestrator.
 type session struct {
-	a    *Agent
+	a    *agent
 	conn *websocket.Conn
 	ctx  context.Context // ends with the session
 
@@ -32,7 +32,7 @@ type session struct {
 // session dials, authenticates and registers, then serves the connection
 // until it ends. registered says whether registration succeeded (the backoff
 // resets then).
-func (a *Agent) session(life context.Context) (registered bool, err error) {
+func (a *agent) session(life context.Context) (registered bool, err error) {
 	hctx, cancel := context.WithTimeout(life, a.cfg.HandshakeTimeout)
 	defer cancel()
 	// A hard stop abandons a connection not yet registered: it has
@@ -273,7 +273,7 @@ func (s *session) heartbeats(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) jobHeartbeats() []*proto.JobHeartbeat {
+func (a *agent) jobHeartbeats() []*proto.JobHeartbeat {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []*proto.JobHeartbeat

@@ -24,7 +24,7 @@ type job struct {
 }
 
 // runningLocked counts the jobs that occupy a slot.
-func (a *Agent) runningLocked() int {
+func (a *agent) runningLocked() int {
 	n := 0
 	for _, j := range a.jobs {
 		if !j.done {
@@ -36,7 +36,7 @@ func (a *Agent) runningLocked() int {
 
 // dispatch handles a job.dispatch: refuse it (busy, draining, invalid) or
 // acknowledge it at once and start it.
-func (a *Agent) dispatch(s *session, d *proto.Dispatch) {
+func (a *agent) dispatch(s *session, d *proto.Dispatch) {
 	reject := func(reason, msg string) {
 		a.log.Info("refused a job", "job_id", d.JobID, "reason", reason, "detail", msg)
 		s.sendLogged(&proto.JobReject{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Reason: reason, Message: clip(msg, proto.MaxErrorLen)})
@@ -95,7 +95,7 @@ func (a *Agent) dispatch(s *session, d *proto.Dispatch) {
 }
 
 // await reports a job's end: its final status, then the freed slot.
-func (a *Agent) await(j *job) {
+func (a *agent) await(j *job) {
 	res := j.exec.Wait()
 	st := finalStatus(res)
 	st.JobID, st.LeaseEpoch, st.Time = j.id, j.epoch, a.now()
@@ -113,7 +113,7 @@ func (a *Agent) await(j *job) {
 }
 
 // removeLocked forgets a finished job.
-func (a *Agent) removeLocked(j *job) {
+func (a *agent) removeLocked(j *job) {
 	if a.jobs[j.id] == j {
 		delete(a.jobs, j.id)
 	}
@@ -123,7 +123,7 @@ func (a *Agent) removeLocked(j *job) {
 }
 
 // acked forgets the finished jobs whose final status is now acknowledged.
-func (a *Agent) acked(seq uint64) {
+func (a *agent) acked(seq uint64) {
 	acked := a.out.ack(seq)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -136,7 +136,7 @@ func (a *Agent) acked(seq uint64) {
 }
 
 // cancel handles a job.cancel.
-func (a *Agent) cancel(c *proto.Cancel) {
+func (a *agent) cancel(c *proto.Cancel) {
 	a.mu.Lock()
 	j := a.jobs[c.JobID]
 	if j == nil || j.done || j.exec == nil || (c.LeaseEpoch != 0 && c.LeaseEpoch != j.epoch) {
@@ -153,7 +153,7 @@ func (a *Agent) cancel(c *proto.Cancel) {
 // dropLocked stops a job the orchestrator gave to someone else (or already
 // finished): it is force-cancelled and nothing it reported or reports is
 // sent. It returns the execution to cancel once the lock is released.
-func (a *Agent) dropLocked(id string) Execution {
+func (a *agent) dropLocked(id string) Execution {
 	j := a.jobs[id]
 	if j == nil {
 		return nil
@@ -170,7 +170,7 @@ func (a *Agent) dropLocked(id string) Execution {
 
 // forceCancelLocked marks every job for a forced cancel and returns the
 // executions to cancel once the lock is released.
-func (a *Agent) forceCancelLocked() []Execution {
+func (a *agent) forceCancelLocked() []Execution {
 	var execs []Execution
 	for _, j := range a.jobs {
 		j.forceCancel = true
@@ -183,7 +183,7 @@ func (a *Agent) forceCancelLocked() []Execution {
 
 // jobSink turns what a runner reports into durable frames of its job.
 type jobSink struct {
-	a *Agent
+	a *agent
 	j *job
 }
 
