@@ -7,19 +7,21 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/proto"
 )
 
 // ackServer is the cheapest orchestrator that keeps an agent sending: it
 // registers the agent, dispatches one job, and acknowledges every durable
-// frame, reading only the frame's seq. done is closed when the job's final
-// status arrives.
-func ackServer(b *testing.B, d *proto.Dispatch, done chan<- struct{}) *httptest.Server {
+// frame, reading only the frame's seq (and counting log lines into lines).
+// done is closed when the job's final status arrives.
+func ackServer(d *proto.Dispatch, done chan<- struct{}, lines *atomic.Int64) *httptest.Server {
 	write := func(ctx context.Context, c *websocket.Conn, m proto.Message) {
 		out, _ := proto.Encode(0, m)
 		c.Write(ctx, websocket.MessageText, out)
@@ -59,6 +61,9 @@ func ackServer(b *testing.B, d *proto.Dispatch, done chan<- struct{}) *httptest.
 			}
 			seq, _ := strconv.ParseUint(string(msg[i+6:j]), 10, 64)
 			write(ctx, c, &proto.Ack{Seq: seq})
+			if bytes.HasPrefix(msg, []byte(`{"type":"log"`)) {
+				lines.Add(int64(bytes.Count(msg, []byte(`"stream":"std`))))
+			}
 			if bytes.HasPrefix(msg, []byte(`{"type":"job.status"`)) && bytes.Contains(msg, []byte(`"status":"success"`)) {
 				close(done)
 			}
@@ -83,7 +88,8 @@ func BenchmarkSendLogs(b *testing.B) {
 func benchSendLogs(b *testing.B, maxLines int) {
 	runner := &benchRunner{lines: b.N}
 	done := make(chan struct{})
-	srv := ackServer(b, dispatch("bench-1", 1, "bench"), done)
+	var lines atomic.Int64
+	srv := ackServer(dispatch("bench-1", 1, "bench"), done, &lines)
 	defer srv.Close()
 	cfg := Config{
 		Server: srv.URL, Token: "kat_bench", ID: "bench", Runner: runner, MaxFrameLines: maxLines,
@@ -113,6 +119,9 @@ func benchSendLogs(b *testing.B, maxLines int) {
 	if dropped > 0 { // a dropped line would flatter the number
 		b.Fatalf("%d lines dropped", dropped)
 	}
+	if n := lines.Load(); n != int64(b.N) {
+		b.Fatalf("the server got %d lines of %d", n, b.N)
+	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "lines/s")
 	stop()
 	<-ended
@@ -139,4 +148,37 @@ func (r *benchRunner) Start(_ context.Context, sink Sink) Execution {
 		}
 	}()
 	return x
+}
+
+// BenchmarkExecutorJobLogs is the agent end to end: a real step printing
+// b.N lines of ~100 bytes, read by the executor, sent by the agent to a
+// server that acknowledges each frame.
+func BenchmarkExecutorJobLogs(b *testing.B) {
+	done := make(chan struct{})
+	d := dispatch("bench-1", 1, `awk 'BEGIN { for (i = 1; i <= `+strconv.Itoa(b.N)+
+		`; i++) printf "%d 2026-01-02T15:04:05Z INFO compiling github.com/kilnci/kiln/internal/agent: object file written\n", i }'`)
+	var lines atomic.Int64
+	srv := ackServer(d, done, &lines)
+	defer srv.Close()
+	cfg := Config{
+		Server: srv.URL, Token: "kat_bench", ID: "bench",
+		BufferFrames:      max(DefaultBufferFrames, b.N/50+100),
+		HeartbeatInterval: time.Hour, JobHeartbeatInterval: time.Hour,
+		Executor: executor.Config{WorkRoot: b.TempDir(), BaseEnv: []string{"PATH=/usr/bin:/bin"}, MaxLogBytesPerStep: 1 << 40},
+		Logger:   slog.New(slog.DiscardHandler),
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	b.ResetTimer()
+	start := time.Now()
+	go func() { ended <- Run(ctx, cfg) }()
+	<-done
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if n := lines.Load(); n != int64(b.N) {
+		b.Fatalf("the server got %d lines of %d", n, b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "lines/s")
+	stop()
+	<-ended
 }
