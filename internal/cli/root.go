@@ -90,6 +90,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newVersionCmd(e))
 	root.AddCommand(newLintCmd(e))
 	root.AddCommand(newAgentCmd(e))
+	root.AddCommand(newServerCmd(e))
 	return root
 }
 

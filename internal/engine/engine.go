@@ -153,6 +153,9 @@ type Match struct {
 	Content  []byte // the workflow file, kept for reruns
 	Decision trigger.Decision
 	Inputs   map[string]any // dispatch inputs, coerced to the workflow's declared types
+	// Jobs, when not empty, limits the run to these job ids and the jobs
+	// they need, directly or not (kiln run --job).
+	Jobs []string
 }
 
 // StartRequest creates one run per matched workflow of one event.
@@ -179,7 +182,7 @@ func (e *Engine) Start(ctx context.Context, req StartRequest, within func(tx *st
 			}
 			nr, err := newRun(runInput{
 				wf: m.Workflow, content: m.Content, event: req.Event, inputs: m.Inputs, decision: decision,
-				source: req.Source, delivery: req.DeliveryID, parent: req.ParentRun, attempt: 1,
+				source: req.Source, delivery: req.DeliveryID, parent: req.ParentRun, attempt: 1, only: m.Jobs,
 			})
 			if err != nil {
 				return err
@@ -199,9 +202,16 @@ func (e *Engine) Start(ctx context.Context, req StartRequest, within func(tx *st
 		return nil, err
 	}
 	for _, r := range runs {
-		e.Apply(r.Effects)
+		e.created(r)
 	}
 	return runs, nil
+}
+
+// created announces a new run to watchers (commit statuses show it as
+// pending at once) and applies what its creation committed.
+func (e *Engine) created(r store.CreatedRun) {
+	e.publish(store.RunChange{ID: r.ID, Number: r.Number, Status: kiln.RunPending})
+	e.Apply(r.Effects)
 }
 
 // Cancel cancels a run. The first request is graceful (agents get SIGTERM,

@@ -60,7 +60,7 @@ func (e *Engine) Rerun(ctx context.Context, runID string, failedOnly bool) (stor
 		return store.CreatedRun{}, err
 	}
 	e.log.Info("run rerun", "run", cr.Number, "rerun_of", orig.Number, "failed_only", failedOnly)
-	e.Apply(cr.Effects)
+	e.created(cr)
 	return cr, nil
 }
 

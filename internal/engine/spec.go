@@ -55,6 +55,8 @@ type runInput struct {
 	// reuse maps job names to results carried over from the run being
 	// rerun (a failed-jobs rerun); those jobs are not run again.
 	reuse map[string]store.Reused
+	// only limits the run to these job ids and their needs (nil: all).
+	only []string
 }
 
 // newRun builds the store's NewRun for one matched workflow.
@@ -78,7 +80,14 @@ func newRun(in runInput) (store.NewRun, error) {
 		"event":  workflow.EventContext(in.event),
 		"inputs": orEmpty(in.inputs),
 	}
+	keep, err := selectJobs(in.wf, in.only)
+	if err != nil {
+		return store.NewRun{}, err
+	}
 	for _, j := range in.wf.Jobs {
+		if !keep[j.ID] {
+			continue
+		}
 		for _, v := range j.Variants {
 			nj, err := newJob(in, j, v, contexts)
 			if err != nil {
@@ -91,6 +100,41 @@ func newRun(in runInput) (store.NewRun, error) {
 		}
 	}
 	return nr, nil
+}
+
+// selectJobs returns the job ids a run includes: every job, or the named
+// ones and everything they need.
+func selectJobs(wf *workflow.Workflow, only []string) (map[string]bool, error) {
+	keep := map[string]bool{}
+	if len(only) == 0 {
+		for _, j := range wf.Jobs {
+			keep[j.ID] = true
+		}
+		return keep, nil
+	}
+	var add func(id string) error
+	add = func(id string) error {
+		if keep[id] {
+			return nil
+		}
+		j := wf.Job(id)
+		if j == nil {
+			return kiln.Errorf(kiln.CodeInvalid, "workflow %s has no job %q", wf.Name, id)
+		}
+		keep[id] = true
+		for _, n := range j.Needs {
+			if err := add(n.Job); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, id := range only {
+		if err := add(id); err != nil {
+			return nil, err
+		}
+	}
+	return keep, nil
 }
 
 func orEmpty(m map[string]any) map[string]any {
