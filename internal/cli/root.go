@@ -91,6 +91,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newLintCmd(e))
 	root.AddCommand(newAgentCmd(e))
 	root.AddCommand(newServerCmd(e))
+	root.AddCommand(newRunCmd(e))
 	return root
 }
 
