@@ -1,0 +1,228 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	DefaultGracePeriod        = 10 * time.Second
+	DefaultStepTimeout        = 30 * time.Minute
+	DefaultMaxLogBytesPerStep = 10 << 20
+	DefaultMaxLineBytes       = 64 << 10
+	DefaultBatchLines         = 50
+	DefaultBatchInterval      = 100 * time.Millisecond
+	DefaultLogBufferBytes     = 8 << 20
+	DefaultMaxOutputBytes     = 1 << 20
+	DefaultMaxEnvFileBytes    = 1 << 20
+)
+
+// Config tunes an Executor. Zero values take the defaults above.
+type Config struct {
+	WorkRoot           string        // parent of job directories (default $TMPDIR/kiln-work)
+	GracePeriod        time.Duration // SIGTERM → SIGKILL on cancel and timeouts
+	DefaultStepTimeout time.Duration // for steps without a timeout, and the checkout
+	MaxLogBytesPerStep int64         // then one truncation line; the rest is read and dropped
+	MaxLineBytes       int           // longer lines are cut into several
+	BatchLines         int           // a log batch is sent at this many lines …
+	BatchInterval      time.Duration // … or this long after its first line
+	LogBufferBytes     int           // queued for the Sink before reading stops
+	MaxOutputBytes     int           // all $KILN_OUTPUT keys and values of a job together
+	MaxEnvFileBytes    int64         // one step's $KILN_ENV, $KILN_PATH or $KILN_OUTPUT file
+	GitPath            string        // "git"
+	// BaseEnv is the environment steps start from (default os.Environ());
+	// SanitizeEnv removes the agent's own settings and credentials from it.
+	BaseEnv []string
+	// ShimPath is the binary re-executed to supervise each step; it must
+	// call MaybeRunShim first thing in main (default os.Executable()).
+	ShimPath string
+	Clock    func() time.Time
+	Logger   *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.WorkRoot == "" {
+		c.WorkRoot = filepath.Join(os.TempDir(), "kiln-work")
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = DefaultGracePeriod
+	}
+	if c.DefaultStepTimeout == 0 {
+		c.DefaultStepTimeout = DefaultStepTimeout
+	}
+	if c.MaxLogBytesPerStep == 0 {
+		c.MaxLogBytesPerStep = DefaultMaxLogBytesPerStep
+	}
+	if c.MaxLineBytes == 0 {
+		c.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if c.BatchLines == 0 {
+		c.BatchLines = DefaultBatchLines
+	}
+	if c.BatchInterval == 0 {
+		c.BatchInterval = DefaultBatchInterval
+	}
+	if c.LogBufferBytes == 0 {
+		c.LogBufferBytes = DefaultLogBufferBytes
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.MaxEnvFileBytes == 0 {
+		c.MaxEnvFileBytes = DefaultMaxEnvFileBytes
+	}
+	if c.GitPath == "" {
+		c.GitPath = "git"
+	}
+	if c.BaseEnv == nil {
+		c.BaseEnv = os.Environ()
+	}
+	if c.ShimPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("find the kiln binary to supervise steps with: %w", err)
+		}
+		c.ShimPath = exe
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case c.GracePeriod < 0:
+		return c, errors.New("the grace period must not be negative")
+	case c.DefaultStepTimeout < 0:
+		return c, errors.New("the default step timeout must not be negative")
+	case c.MaxLogBytesPerStep < 0:
+		return c, errors.New("the per-step log cap must not be negative")
+	case c.MaxLineBytes < 256:
+		return c, errors.New("the maximum line length must be at least 256 bytes")
+	case c.BatchLines < 0 || c.BatchInterval < 0:
+		return c, errors.New("log batch sizes must not be negative")
+	case c.LogBufferBytes < 0 || c.MaxOutputBytes < 0 || c.MaxEnvFileBytes < 0:
+		return c, errors.New("buffer and file limits must not be negative")
+	}
+	return c, nil
+}
+
+// Executor runs jobs. It is safe for concurrent use; each job runs in its
+// own directory under Config.WorkRoot.
+type Executor struct {
+	cfg     Config
+	baseEnv []string
+}
+
+// New returns an Executor, creating Config.WorkRoot if needed.
+func New(cfg Config) (*Executor, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.WorkRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("create the work root: %w", err)
+	}
+	return &Executor{cfg: cfg, baseEnv: SanitizeEnv(cfg.BaseEnv)}, nil
+}
+
+// Execution is one job running. Its methods are safe for concurrent use.
+type Execution struct {
+	x    *Executor
+	job  *Job
+	em   *emitter
+	log  *slog.Logger
+	done chan struct{}
+
+	cancelOnce, forceOnce, timeoutOnce sync.Once
+	cancelled                          chan struct{} // closed by any cancel
+	forced                             chan struct{} // closed by a forced cancel or ctx
+	timedOut                           chan struct{} // closed when Job.Timeout passes
+	stopCtx                            context.Context
+	stopAll                            context.CancelFunc // cancels stopCtx: quick git commands
+
+	result Result
+}
+
+// Start runs job in the background and reports to sink (nil discards).
+// Cancelling ctx is a forced cancel. The job must not change while it runs.
+func (x *Executor) Start(ctx context.Context, job *Job, sink Sink) *Execution {
+	if sink == nil {
+		sink = discardSink{}
+	}
+	if job == nil {
+		job = &Job{} // runs nothing and succeeds
+	}
+	e := &Execution{
+		x:         x,
+		job:       job,
+		em:        newEmitter(sink, x.cfg.LogBufferBytes),
+		log:       x.cfg.Logger.With("run", job.RunID, "job", job.JobID),
+		done:      make(chan struct{}),
+		cancelled: make(chan struct{}),
+		forced:    make(chan struct{}),
+		timedOut:  make(chan struct{}),
+	}
+	e.stopCtx, e.stopAll = context.WithCancel(context.Background())
+	stopAfter := context.AfterFunc(ctx, func() { e.Cancel(true) })
+	var timer *time.Timer
+	if job.Timeout > 0 {
+		timer = time.AfterFunc(job.Timeout, func() {
+			e.timeoutOnce.Do(func() { close(e.timedOut); e.stopAll() })
+		})
+	}
+	go func() {
+		defer close(e.done)
+		e.result = e.run()
+		stopAfter()
+		if timer != nil {
+			timer.Stop()
+		}
+		e.stopAll()
+		e.em.close()
+	}()
+	return e
+}
+
+// Cancel stops the job. Graceful: the running step gets SIGTERM, then
+// SIGKILL after the grace period, and only steps whose `if:` accepts a
+// cancelled job (always(), cancelled()) still run. Forced: the running step
+// is killed at once and nothing more runs. Either way the job ends
+// cancelled. Cancel may be called again to force a graceful cancel.
+func (e *Execution) Cancel(force bool) {
+	if force { // first, so whoever sees the cancel also sees it is forced
+		e.forceOnce.Do(func() { close(e.forced); e.stopAll() })
+	}
+	e.cancelOnce.Do(func() { close(e.cancelled) })
+}
+
+// Done is closed once the job has finished, every event has been passed to
+// the Sink and the workspace is gone (unless kept).
+func (e *Execution) Done() <-chan struct{} { return e.done }
+
+// Wait blocks until the job has finished and returns its result.
+func (e *Execution) Wait() Result {
+	<-e.done
+	return e.result
+}
+
+func (e *Execution) isCancelled() bool { return isClosed(e.cancelled) }
+func (e *Execution) isForced() bool    { return isClosed(e.forced) }
+func (e *Execution) isTimedOut() bool  { return isClosed(e.timedOut) }
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
