@@ -89,6 +89,7 @@ func newRoot(e *env) *cobra.Command {
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(newVersionCmd(e))
 	root.AddCommand(newLintCmd(e))
+	root.AddCommand(newAgentCmd(e))
 	return root
 }
 

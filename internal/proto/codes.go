@@ -13,8 +13,9 @@ const (
 const Path = "/ws"
 
 // WebSocket close codes. 4xxx codes are private to kiln; an agent retries
-// after every code except CloseAuthFailed and CloseProtocol, which need an
-// operator to act.
+// after every code except CloseAuthFailed, CloseTokenRevoked and
+// CloseProtocol, which need an operator to act, and CloseSuperseded, which
+// means a newer connection of the same agent lives on.
 const (
 	CloseNormal          = 1000
 	CloseGoingAway       = 1001 // server shutting down: reconnect
