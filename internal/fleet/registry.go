@@ -39,7 +39,7 @@ type agent struct {
 	draining bool
 	// drainAsked: Drain was called; the agent's own reports cannot undo it.
 	drainAsked bool
-	unhealthy bool
+	unhealthy  bool
 	// full: the agent refused a job as busy; it gets no claim until it
 	// reports free capacity or one of its jobs ends.
 	full bool
