@@ -50,6 +50,9 @@ type Fleet struct {
 	hooks struct {
 		released atomic.Pointer[func(agentID string, cause closeCause, rel released)]
 		swept    atomic.Pointer[func()]
+		// registering runs while a registration holds its id, before it
+		// is recorded.
+		registering atomic.Pointer[func(agentID string)]
 	}
 }
 

@@ -117,10 +117,8 @@ func (c *conn) jobReject(a *agent, m *proto.JobReject) error {
 	if m.Message != "" {
 		why += ": " + m.Message
 	}
-	err := c.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-		res, err := tx.Queue().Requeue(ctx, l, why)
-		return res.Effects, err
-	})
+	// The agent's state changes first: the requeued job must not come
+	// straight back to it.
 	a.mu.Lock()
 	if j := a.jobs[m.JobID]; j != nil && j.epoch == m.LeaseEpoch {
 		delete(a.jobs, m.JobID)
@@ -132,6 +130,10 @@ func (c *conn) jobReject(a *agent, m *proto.JobReject) error {
 		a.draining = true
 	}
 	a.mu.Unlock()
+	err := c.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		res, err := tx.Queue().Requeue(ctx, l, why)
+		return res.Effects, err
+	})
 	return c.answer(err, "job.reject", m.JobID)
 }
 

@@ -116,6 +116,9 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if h := f.hooks.registering.Load(); h != nil {
+		(*h)(m.AgentID)
+	}
 	if c.closing.Load() {
 		return causeClosed(), false
 	}
