@@ -216,6 +216,32 @@ func (q Queue) AgentLost(ctx context.Context, agentID string) (SweepResult, erro
 	return res, err
 }
 
+// RequeueUnstarted ends at once the recovery of the agent's recovering jobs
+// that never started. The orchestrator calls it right after AgentLost when
+// it saw the agent's connection close: a job the agent had not begun can run
+// on another agent at once instead of waiting out the window. Each is queued
+// again (its attempt counted), failed past MaxAttempts, or cancelled if a
+// stop mark reached it. Started jobs keep their window.
+func (q Queue) RequeueUnstarted(ctx context.Context, agentID, why string) (SweepResult, error) {
+	var res SweepResult
+	eff, err := q.h.op(ctx, func(t *txn) error {
+		res = SweepResult{}
+		where := "AND agent_id = ? AND started_at IS NULL"
+		cs, ids, err := t.candidates(ctx, "status = 'recovering' "+where, agentID)
+		if err != nil || len(cs) == 0 {
+			return err
+		}
+		if err := t.lockCandidates(ctx, cs); err != nil {
+			return err
+		}
+		moved, err := t.requeue(ctx, requeueRecovering, ids, where, []any{agentID}, why)
+		res.Jobs = swept(cs, moved...)
+		return err
+	})
+	res.Effects = eff
+	return res, err
+}
+
 // ReconnectResult says which of a reconnecting agent's jobs it keeps.
 type ReconnectResult struct {
 	// Kept are the leases the agent still holds: recovering jobs are back to

@@ -155,6 +155,58 @@ func (a Auth) AuthenticateAgent(ctx context.Context, secret string) (AgentToken,
 	return tk, err
 }
 
+// VerifyAgentToken returns the token a secret belongs to, or an
+// ErrUnauthorized error when it is unknown, revoked or expired. Unlike
+// AuthenticateAgent it consumes nothing, and it writes last_used_at at most
+// once a minute: the orchestrator verifies a token when an agent connects
+// and claims it (ClaimAgentToken) when the agent registers. A consumed
+// single-use token is returned too (ConsumedAt set): only the registration
+// knows the agent id that decides whether it may still be used.
+func (a Auth) VerifyAgentToken(ctx context.Context, secret string) (AgentToken, error) {
+	now := a.h.now()
+	tk, err := scanAgentToken(a.h.reader().queryRow(ctx, `SELECT `+agentTokenCols+` FROM agent_tokens
+		WHERE hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`, HashToken(secret), ms(now)))
+	if isNoRows(err) {
+		return AgentToken{}, errBadToken()
+	}
+	if err != nil {
+		return AgentToken{}, err
+	}
+	if now.Sub(tk.LastUsedAt) >= lastUsedEvery {
+		err = a.h.write(ctx, func(t *txn) error {
+			_, err := t.exec(ctx, "UPDATE agent_tokens SET last_used_at = ? WHERE id = ?", ms(t.now), tk.ID)
+			return err
+		})
+		tk.LastUsedAt = now
+	}
+	return tk, err
+}
+
+// ClaimAgentToken checks, in the transaction that records a registration
+// (UpsertAgent), that the token may register agentID: it is neither revoked
+// nor expired, and a single-use token is consumed by its first registration
+// and from then on admits only the agent that registration recorded (the
+// agents row with this token_id), so an ephemeral agent can reconnect after a
+// blip but no other agent can use its token. Anything else is ErrUnauthorized.
+func (a Auth) ClaimAgentToken(ctx context.Context, tokenID, agentID string) (AgentToken, error) {
+	var tk AgentToken
+	err := a.h.write(ctx, func(t *txn) error {
+		now := ms(t.now)
+		var err error
+		tk, err = scanAgentToken(t.queryRow(ctx, `UPDATE agent_tokens SET last_used_at = ?,
+			consumed_at = CASE WHEN single_use = 1 AND consumed_at IS NULL THEN ? ELSE consumed_at END
+			WHERE id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)
+			AND (single_use = 0 OR consumed_at IS NULL
+				OR EXISTS (SELECT 1 FROM agents WHERE agents.id = ? AND agents.token_id = agent_tokens.id))
+			RETURNING `+agentTokenCols, now, now, tokenID, now, agentID))
+		if isNoRows(err) {
+			return errBadToken()
+		}
+		return err
+	})
+	return tk, err
+}
+
 // RevokeAgentToken revokes a token; agents using it are to be disconnected
 // by the caller.
 func (a Auth) RevokeAgentToken(ctx context.Context, id string) error {
