@@ -112,27 +112,43 @@ func (c *Client) Logs(ctx context.Context, run string, q LogQuery, fn func(LogLi
 		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
+	return readLines(ctx, bufio.NewReaderSize(resp.Body, 64<<10), fn)
+}
+
+// maxLineBytes bounds one NDJSON line the client accepts.
+const maxLineBytes = 4 << 20
+
+// readLines decodes NDJSON log lines. A last line without its newline means
+// the stream was cut (the server dropped it, or the connection broke).
+func readLines(ctx context.Context, br *bufio.Reader, fn func(LogLine) error) error {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(line) > maxLineBytes {
+				return kiln.Errorf(kiln.CodeTooLarge, "the server sent a log line longer than %d bytes", maxLineBytes)
+			}
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, io.EOF) && len(line) == 0 {
+				return nil
+			}
+			return kiln.Errorf(kiln.CodeUnavailable, "the log stream was cut before it ended")
+		}
 		var l LogLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+		if err := json.Unmarshal(line, &l); err != nil {
 			return kiln.Errorf(kiln.CodeInternal, "the server sent a log line kiln cannot read: %v", err)
 		}
+		line = line[:0]
 		if err := fn(l); err != nil {
 			return err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return kiln.Errorf(kiln.CodeUnavailable, "the log stream was cut before it ended")
-		}
-		return kiln.Errorf(kiln.CodeUnavailable, "reading the log stream: %v", err)
-	}
-	return nil
 }
 
 // FollowLogs streams a run's log lines (of one job, or every job when job

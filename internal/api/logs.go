@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/kilnci/kiln/internal/logstore"
@@ -267,6 +268,7 @@ func (ls *logStream) follow(ctx context.Context) error {
 				return errors.New("the log store closed")
 			}
 			// The viewer fell behind: resynchronize from the files.
+			resyncs.Add(1)
 			j.sub = ls.s.Logs.Subscribe(j.job.ID, ls.s.cfg.LogBuffer)
 			if err := ls.catchUp(j); err != nil {
 				return err
@@ -339,6 +341,10 @@ func (ls *logStream) finished() bool {
 	}
 	return true
 }
+
+// resyncs counts lagged subscriptions resynchronized from the files (tests
+// read it to prove the path ran).
+var resyncs atomic.Int64
 
 // errViewerGone: the client stopped reading for longer than the write
 // timeout, or went away.

@@ -206,17 +206,24 @@ type Lease struct {
 // returns its lease.
 func (h *Harness) Claim(t testing.TB, agentID string) Lease {
 	t.Helper()
+	l := h.Dispatched(t, agentID)
+	if err := h.DB.Jobs().Start(context.Background(), l.Lease); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Dispatched plays an agent that claimed the next queued job and has not
+// started it yet.
+func (h *Harness) Dispatched(t testing.TB, agentID string) Lease {
+	t.Helper()
 	ctx := context.Background()
 	claimed, err := h.DB.Queue().Claim(ctx, agentID, Linux, 1)
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v, %d jobs", err, len(claimed))
 	}
 	c := claimed[0]
-	l := store.Lease{JobID: c.JobID, Epoch: c.Epoch}
-	if err := h.DB.Jobs().Start(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	return Lease{Lease: l, RunID: c.RunID, Name: c.Name}
+	return Lease{Lease: store.Lease{JobID: c.JobID, Epoch: c.Epoch}, RunID: c.RunID, Name: c.Name}
 }
 
 // Log appends lines to a step of a held job, numbered from seq.
