@@ -92,8 +92,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // application/json, at most MaxBodyBytes, no unknown fields, one value.
 // optional lets an empty body (no Content-Type needed) mean v's zero value.
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	if optional && r.ContentLength == 0 {
-		return nil
+	if r.ContentLength == 0 {
+		if optional {
+			return nil
+		}
+		return errorf(codeInvalid, "the request body is empty; send a JSON object")
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
