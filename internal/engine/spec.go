@@ -52,6 +52,9 @@ type runInput struct {
 	parent   string
 	rerunOf  string
 	attempt  int
+	// reuse maps job names to results carried over from the run being
+	// rerun (a failed-jobs rerun); those jobs are not run again.
+	reuse map[string]store.Reused
 }
 
 // newRun builds the store's NewRun for one matched workflow.
@@ -80,6 +83,9 @@ func newRun(in runInput) (store.NewRun, error) {
 			nj, err := newJob(in, j, v, contexts)
 			if err != nil {
 				return store.NewRun{}, err
+			}
+			if r, ok := in.reuse[nj.Name]; ok {
+				nj.Reuse = &r
 			}
 			nr.Jobs = append(nr.Jobs, nj)
 		}

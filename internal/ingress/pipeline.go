@@ -152,7 +152,7 @@ func (p *Processor) request(ctx context.Context, fs *forge.Source, repo forge.Re
 		}
 		ev, err := from(d.Event, d.Body)
 		if trigger.IsIgnored(err) {
-			return nil, outcome{status: store.DeliveryIgnored, message: kiln.ErrorMessage(err)}, nil
+			return nil, outcome{status: store.DeliveryIgnored, message: err.Error()}, nil
 		}
 		if err != nil {
 			return nil, outcome{}, permanent{fmt.Errorf("the payload cannot be read: %s", kiln.ErrorMessage(err))}
