@@ -163,3 +163,43 @@ func TestRerunOfAnUnfinishedRunIsAConflict(t *testing.T) {
 }
 
 func long(n int) string { return strings.Repeat("x", n) }
+
+func TestRerunAWholeRunOrItsFailedJobs(t *testing.T) {
+	forEach(t, func(t *testing.T, h *apitest.Harness) {
+		orig := h.Dispatch(t)
+		build := h.Claim(t, "agent-1")
+		h.Finish(t, build, kiln.JobSuccess)
+		test := h.Claim(t, "agent-1")
+		h.Finish(t, test, kiln.JobFailed)
+		if r, _ := h.Client.GetRun(ctx, "1"); r.Status != kiln.RunFailed {
+			t.Fatalf("original run is %s", r.Status)
+		}
+		whole, err := h.Client.RerunRun(ctx, "1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if whole.Number != 2 || whole.RerunOf != orig.ID || whole.Jobs[0].Status != kiln.JobQueued || whole.Jobs[1].Status != kiln.JobPending {
+			t.Fatalf("whole rerun: #%d of %q, jobs %s/%s", whole.Number, whole.RerunOf, whole.Jobs[0].Status, whole.Jobs[1].Status)
+		}
+		failed, err := h.Client.RerunRun(ctx, orig.ID, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if failed.Number != 3 || failed.Jobs[0].Status != kiln.JobSuccess || failed.Jobs[1].Status != kiln.JobQueued {
+			t.Fatalf("failed-only rerun: #%d, jobs %s/%s", failed.Number, failed.Jobs[0].Status, failed.Jobs[1].Status)
+		}
+		status, body := raw(t, h, "POST", "/api/v1/runs/3/rerun", "")
+		wantErrorBody(t, status, body, http.StatusConflict, kiln.CodeConflict, "still")
+	})
+}
+
+func TestRerunOfARunWithNothingFailedIsAConflict(t *testing.T) {
+	h := apitest.New(t, newSQLite(t))
+	h.Dispatch(t)
+	h.Finish(t, h.Claim(t, "agent-1"), kiln.JobSuccess)
+	h.Finish(t, h.Claim(t, "agent-1"), kiln.JobSuccess)
+	wantError(t, h, http.StatusConflict, kiln.CodeConflict, "POST", "/api/v1/runs/1/rerun", `{"failed_only":true}`, "no failed or cancelled jobs")
+	if list, _ := h.Client.ListRuns(ctx, api.RunFilter{}); len(list.Runs) != 1 {
+		t.Fatalf("a refused rerun created a run")
+	}
+}

@@ -89,7 +89,7 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	h, err := api.New(api.Deps{DB: eng.DB(), Engine: rerunShim{eng}, Ingress: proc, Logs: logs, Fleet: fleet}, cfg)
+	h, err := api.New(api.Deps{DB: eng.DB(), Engine: eng, Ingress: proc, Logs: logs, Fleet: fleet}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +116,6 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 		t.Fatalf("add source: %v", err)
 	}
 	return hs
-}
-
-// rerunShim stands in for engine.Rerun until the engine has it.
-type rerunShim struct{ *engine.Engine }
-
-func (rerunShim) Rerun(context.Context, string, bool) (store.CreatedRun, error) {
-	return store.CreatedRun{}, kiln.Errorf(kiln.CodeUnavailable, "rerun is not available yet")
 }
 
 // GitEnv is the environment the harness runs git with: no user or system
