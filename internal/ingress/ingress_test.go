@@ -36,20 +36,23 @@ jobs:
 `
 
 type fixture struct {
-	db   *store.DB
-	proc *Processor
-	gh   *forgetest.GitHub
-	srv  *httptest.Server
+	db    *store.DB
+	eng   *engine.Engine
+	proc  *Processor
+	gh    *forgetest.GitHub
+	srv   *httptest.Server
+	clock *storetest.Clock
 }
 
 func newFixture(t *testing.T, url func(testing.TB) string) *fixture {
 	t.Helper()
-	db, err := store.Open(context.Background(), store.Config{URL: url(t)})
+	clock := storetest.NewClock()
+	db, err := store.Open(context.Background(), store.Config{URL: url(t), Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	eng := engine.New(db, engine.Config{})
+	eng := engine.New(db, engine.Config{Clock: clock.Now})
 	gh := forgetest.NewGitHub(t)
 	gh.SetFiles(repo, headSHA, "master", map[string]string{".kiln/workflows/ci.yml": ciYAML})
 	srcs := NewSources(eng.DB(), forge.Options{})
@@ -69,7 +72,7 @@ func newFixture(t *testing.T, url func(testing.TB) string) *fixture {
 	done := make(chan struct{})
 	go func() { proc.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &fixture{db: eng.DB(), proc: proc, gh: gh, srv: srv}
+	return &fixture{db: eng.DB(), eng: eng, proc: proc, gh: gh, srv: srv, clock: clock}
 }
 
 func forEach(t *testing.T, fn func(t *testing.T, f *fixture)) {
@@ -234,7 +237,8 @@ func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := f.finished(t, id) // this processor's poll takes it over once the claim lapses
+		f.clock.Advance(time.Second) // the dead server's claim lapses
+		d := f.finished(t, id)       // and this processor's poll takes the delivery over
 		if d.Status != store.DeliveryProcessed || len(d.RunIDs) != 1 {
 			t.Fatalf("taken-over delivery: %s %q", d.Status, d.Message)
 		}
@@ -248,3 +252,5 @@ func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
 		}
 	})
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -82,6 +82,9 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 	if len(problems) > 0 {
 		return outcome{status: store.DeliveryInvalidWorkflow, message: clip(strings.Join(problems, "\n"), 16<<10)}, nil
 	}
+	if err := p.registerSchedules(ctx, d.Source, ev, wfs, contents); err != nil {
+		return outcome{}, err
+	}
 	if len(wfs) == 0 {
 		what := "no workflows in .kiln/workflows"
 		if req.workflow != "" {

@@ -76,7 +76,8 @@ type WebhooksConfig struct {
 
 // RunsConfig configures runs.
 type RunsConfig struct {
-	CancelGrace time.Duration `yaml:"cancel_grace" doc:"a cancelled job whose agent does not confirm within this is marked cancelled anyway"`
+	CancelGrace      time.Duration `yaml:"cancel_grace" doc:"a cancelled job whose agent does not confirm within this is marked cancelled anyway"`
+	ScheduleInterval time.Duration `yaml:"schedule_interval" doc:"how often cron schedules are checked for due fires"`
 }
 
 // DefaultConfig returns the embedded defaults: everything a newcomer needs.
@@ -98,7 +99,7 @@ func DefaultConfig() Config {
 			SweepInterval: time.Second, RedriveInterval: 10 * time.Second,
 		},
 		Webhooks: WebhooksConfig{MaxBodyBytes: 25 << 20, DedupTTL: 24 * time.Hour},
-		Runs:     RunsConfig{CancelGrace: time.Minute},
+		Runs:     RunsConfig{CancelGrace: time.Minute, ScheduleInterval: 15 * time.Second},
 	}
 }
 
@@ -254,6 +255,7 @@ func (c *Config) Validate() error {
 		{"agents.recovery_window", a.RecoveryWindow}, {"queue.sweep_interval", c.Queue.SweepInterval},
 		{"queue.redrive_interval", c.Queue.RedriveInterval}, {"queue.unroutable_grace", c.Queue.UnroutableGrace},
 		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"runs.cancel_grace", c.Runs.CancelGrace},
+		{"runs.schedule_interval", c.Runs.ScheduleInterval},
 	} {
 		if d.v <= 0 {
 			add("%s must be positive, got %s", d.key, d.v)

@@ -115,6 +115,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, Logger: log.With("part", "ingress"),
 	})
 	reporter := newStatusReporter(eng, sources, cfg.PublicURL, log.With("part", "statuses"))
+	scheduler := ingress.NewScheduler(eng.DB(), eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", fl.Handler())
@@ -142,6 +143,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	g.Go(func() error { return fl.Run(gctx) })
 	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return reporter.Run(gctx) })
+	g.Go(func() error { return scheduler.Run(gctx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
