@@ -89,6 +89,15 @@ func newRoot(e *env) *cobra.Command {
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(newVersionCmd(e))
 	root.AddCommand(newLintCmd(e))
+	root.AddCommand(newRunsCmd(e))
+	root.AddCommand(newLogsCmd(e))
+	root.AddCommand(newAgentsCmd(e))
+	root.AddCommand(newTokensCmd(e))
+	root.AddCommand(newSourcesCmd(e))
+	root.AddCommand(newDispatchCmd(e))
+	root.AddCommand(newQueueCmd(e))
+	root.AddCommand(newEventsCmd(e))
+	root.AddCommand(newTriggerCmd(e))
 	return root
 }
 
