@@ -92,12 +92,17 @@ func (p *Processor) Notify(id int64) {
 	}
 }
 
-// Wait returns a channel that receives the delivery once it is finished.
+// Wait returns a channel that receives the delivery once it is finished
+// (at once when it already is).
 func (p *Processor) Wait(id int64) <-chan store.Delivery {
 	c := make(chan store.Delivery, 1)
 	p.mu.Lock()
 	p.waiters[id] = append(p.waiters[id], c)
 	p.mu.Unlock()
+	// The delivery may have finished before the caller asked.
+	if d, err := p.db.Ingress().Get(context.Background(), id); err == nil && d.Status != store.DeliveryReceived {
+		p.done(d)
+	}
 	return c
 }
 
