@@ -27,7 +27,7 @@ const (
 
 // logQuery is what GET /runs/{run}/logs asks for.
 type logQuery struct {
-	job    string // job name or id; "" is every job
+	job    string // job name, id or matrix base; "" is every job
 	step   *int
 	after  uint64
 	limit  int
@@ -75,7 +75,8 @@ func (s *server) runLogs(w http.ResponseWriter, r *http.Request) error {
 	}
 	ls := &logStream{s: s, run: run, q: q, remaining: q.limit, jobs: map[string]*logJob{}}
 	for _, j := range run.Jobs {
-		if q.job == "" || j.Name == q.job || j.ID == q.job {
+		// A matrix job's base name ("test") names all of its children.
+		if q.job == "" || j.Name == q.job || j.ID == q.job || j.Base == q.job {
 			ls.order = append(ls.order, j.ID)
 			ls.jobs[j.ID] = newLogJob(j)
 		}

@@ -88,7 +88,7 @@ func reportJobs(cmd *cobra.Command, e *env, c *api.Client, run, job string) erro
 	}
 	ok := true
 	for _, j := range r.Jobs {
-		if job != "" && j.Name != job && j.ID != job {
+		if job != "" && j.Name != job && j.ID != job && j.Base != job {
 			continue
 		}
 		fmt.Fprintf(e.stderr, "run #%d job %s %s\n", r.Number, j.Name, j.Status)
