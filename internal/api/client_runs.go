@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/kilnci/kiln"
 )
 
@@ -141,7 +141,7 @@ func readLines(ctx context.Context, br *bufio.Reader, fn func(LogLine) error) er
 			return kiln.Errorf(kiln.CodeUnavailable, "the log stream was cut before it ended")
 		}
 		var l LogLine
-		if err := json.Unmarshal(line, &l); err != nil {
+		if err := gojson.Unmarshal(line, &l); err != nil {
 			return kiln.Errorf(kiln.CodeInternal, "the server sent a log line kiln cannot read: %v", err)
 		}
 		line = line[:0]

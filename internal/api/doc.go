@@ -14,5 +14,6 @@
 // (error mapping, strict JSON bodies), auth.go (bearer tokens), dto.go (the
 // JSON the API answers), runs.go, logs.go (history and the live stream),
 // ingress.go (dispatch, trigger, the event log), fleet.go (agents, queue),
-// tokens.go, sources.go, client.go and client_*.go (the Go client).
+// tokens.go, sources.go, client.go and client_*.go (the Go client). The
+// apitest package starts the real API over a real store for tests.
 package api

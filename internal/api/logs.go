@@ -3,13 +3,13 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"reflect"
 	"sync/atomic"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -18,13 +18,16 @@ import (
 const (
 	defaultLogLimit = 10000
 	maxLogLimit     = 100000
-	logPage         = 500 // lines read from a file at once: bounds a stream's memory
-	checkoutStep    = -1
+	// logPage is how many lines are read from a file at once: it bounds a
+	// stream's memory (lines are at most 64 KiB), and since each read scans
+	// the file from its start, a smaller page costs more on long logs.
+	logPage      = 1000
+	checkoutStep = -1
 )
 
 // logQuery is what GET /runs/{run}/logs asks for.
 type logQuery struct {
-	job    string // job name or id; "" is every job
+	job    string // job name, id or matrix base; "" is every job
 	step   *int
 	after  uint64
 	limit  int
@@ -72,7 +75,8 @@ func (s *server) runLogs(w http.ResponseWriter, r *http.Request) error {
 	}
 	ls := &logStream{s: s, run: run, q: q, remaining: q.limit, jobs: map[string]*logJob{}}
 	for _, j := range run.Jobs {
-		if q.job == "" || j.Name == q.job || j.ID == q.job {
+		// A matrix job's base name ("test") names all of its children.
+		if q.job == "" || j.Name == q.job || j.ID == q.job || j.Base == q.job {
 			ls.order = append(ls.order, j.ID)
 			ls.jobs[j.ID] = newLogJob(j)
 		}
@@ -163,6 +167,10 @@ func (ls *logStream) catchUp(j *logJob) error {
 			continue
 		}
 		ref := logstore.Ref{RunID: ls.run.ID, JobID: j.job.ID, Epoch: epoch, Step: step}
+		// Reading scans a file from its start: skip the ones with nothing new.
+		if last, err := ls.s.Logs.LastSeq(ref); err == nil && last <= max(j.seqs[ref], ls.q.after) {
+			continue
+		}
 		if err := ls.catchUpRef(j, ref); err != nil {
 			return err
 		}
@@ -358,13 +366,13 @@ type lineWriter struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	buf     bytes.Buffer
-	enc     *json.Encoder
+	enc     *gojson.Encoder
 	started bool
 }
 
 func newLineWriter(w http.ResponseWriter, cfg Config) *lineWriter {
 	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: cfg.LogWriteTimeout}
-	lw.enc = json.NewEncoder(&lw.buf)
+	lw.enc = gojson.NewEncoder(&lw.buf)
 	lw.enc.SetEscapeHTML(false)
 	return lw
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/store"
 )
 
 // collect reads a log query to the end.
@@ -316,5 +317,27 @@ func TestFollowDropsAStalledViewer(t *testing.T) {
 		wantCode(t, err, kiln.CodeUnavailable)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stalled viewer's stream never ended")
+	}
+}
+
+func TestLogsOfAMatrixJobByItsBaseName(t *testing.T) {
+	h := apitest.New(t, newSQLite(t))
+	var jobs []store.NewJob
+	for _, v := range []string{"a", "b"} {
+		jobs = append(jobs, store.NewJob{Name: "test (" + v + ")", Base: "test", Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Steps: []string{"unit"}})
+	}
+	if _, err := h.DB.Runs().Create(ctx, store.NewRun{Workflow: "matrix", Jobs: jobs}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a", "b"} {
+		l := h.Claim(t, "agent-"+v)
+		h.Log(t, l, 0, 1, "from "+l.Name)
+	}
+	got := collect(t, h, "1", api.LogQuery{Job: "test"})
+	if texts(got) != "from test (a),from test (b)" || got[0].Job != "test (a)" {
+		t.Fatalf("base name: %+v", got)
+	}
+	if got := collect(t, h, "1", api.LogQuery{Job: "test (b)"}); texts(got) != "from test (b)" {
+		t.Fatalf("one child: %+v", got)
 	}
 }

@@ -292,3 +292,40 @@ func (f *Fleet) Connect(a api.AgentView) {
 	defer f.mu.Unlock()
 	f.Connected = append(f.Connected, a)
 }
+
+// AutoAgent plays an agent in the background until the test ends: it
+// claims every queued job, writes one log line per step and ends the job
+// with outcome(job name).
+func (h *Harness) AutoAgent(t testing.TB, outcome func(job string) kiln.JobStatus) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			claimed, err := h.DB.Queue().Claim(ctx, "auto-agent", Linux, 4)
+			if err != nil {
+				continue
+			}
+			for _, c := range claimed {
+				l := store.Lease{JobID: c.JobID, Epoch: c.Epoch}
+				if err := h.DB.Jobs().Start(ctx, l); err != nil {
+					continue
+				}
+				ref := logstore.Ref{RunID: c.RunID, JobID: c.JobID, Epoch: c.Epoch, Step: 0}
+				_, _ = h.Logs.Append(ref, []logstore.Line{{Seq: 1, Stream: "stdout", Text: "ran " + c.Name, TimeMS: time.Now().UnixMilli()}})
+				eff, err := h.DB.Jobs().Complete(ctx, store.Completion{Lease: l, Status: outcome(c.Name)})
+				if err == nil {
+					h.Engine.Apply(eff)
+				}
+			}
+		}
+	}()
+}
