@@ -17,7 +17,7 @@ type DispatchRequest struct {
 	Workflow   string         `json:"workflow"`             // file name, e.g. deploy.yml, or its base name
 	Ref        string         `json:"ref,omitempty"`        // branch or tag; default: the default branch
 	Inputs     map[string]any `json:"inputs,omitempty"`
-	Actor      string         `json:"-"`
+	Actor      string         `json:"actor,omitempty"` // set by the API from the token, never taken from a request
 }
 
 // TriggerRequest is a push to a local source (kiln trigger, the hook).

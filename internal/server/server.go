@@ -57,8 +57,12 @@ type Server struct {
 }
 
 // shutdownGrace bounds how long in-flight HTTP requests may take to finish
-// when the server stops.
-const shutdownGrace = 10 * time.Second
+// when the server stops; streamGrace is when requests still open (log
+// follows) are told to end.
+const (
+	shutdownGrace = 10 * time.Second
+	streamGrace   = 2 * time.Second
+)
 
 // Run starts the server and blocks until ctx ends, then shuts down: HTTP
 // requests in flight finish, agent connections close (their agents
@@ -128,7 +132,14 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Requests run under baseCtx, which ends streamGrace after shutdown
+	// starts: ordinary requests finish, long-lived ones (log follows) end.
+	baseCtx, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
+	srv := &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return baseCtx },
+	}
 	s := &Server{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), AdminToken: admin,
 		DB: eng.DB(), Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs,
@@ -154,6 +165,8 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		<-gctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
+		t := time.AfterFunc(streamGrace, endRequests)
+		defer t.Stop()
 		return srv.Shutdown(sctx)
 	})
 	if cfg.LocalAgents > 0 {
