@@ -59,7 +59,15 @@ func (j Jobs) Start(ctx context.Context, l Lease) error {
 			set:   "ack_deadline = NULL, started_at = ?, last_heartbeat_at = ?",
 			args:  []any{ms(t.now), ms(t.now)},
 			where: "AND lease_epoch = ?", wargs: []any{l.Epoch}})
-		if err != nil || len(moved) > 0 {
+		if err != nil {
+			return err
+		}
+		if len(moved) > 0 {
+			// A PostgreSQL claim starts its run in a second statement; if
+			// the coordinator died between the two, the run is still
+			// pending: fix it here (a no-op, without a lock, otherwise).
+			_, err := t.exec(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
+				WHERE id = ? AND status = 'pending'`, ms(t.now), ms(t.now), moved[0].RunID)
 			return err
 		}
 		var status kiln.JobStatus

@@ -284,14 +284,15 @@ func (t *txn) releaseWave(ctx context.Context, rb runBase, maxParallel int) erro
 		if len(cands) == 0 {
 			return nil
 		}
-		for _, p := range cands {
-			_, ups, err := t.loadNeeds(ctx, p)
-			if err != nil {
+		ups := make([][]UpstreamJob, len(cands))
+		for i, p := range cands {
+			var err error
+			if _, ups[i], err = t.loadNeeds(ctx, p); err != nil {
 				return err
 			}
-			if err := t.release(ctx, p, ups); err != nil {
-				return err
-			}
+		}
+		if err := t.releaseAll(ctx, cands, ups); err != nil {
+			return err
 		}
 	}
 	// The rest wait for a slot; say so (keeping the time if already said).

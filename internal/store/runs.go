@@ -237,6 +237,7 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 // their first wave, the others one by one.
 func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids []string) error {
 	waves := map[runBase]int{}
+	var roots []pendingJob
 	for i, j := range jobs {
 		if len(j.Needs) > 0 {
 			continue
@@ -245,11 +246,11 @@ func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids
 			waves[runBase{runID, j.Base}] = j.MaxParallel
 			continue
 		}
-		p := pendingJob{ID: ids[i], RunID: runID, Name: j.Name, Base: j.Base,
-			Matrix: jsonText(j.Matrix, "{}"), Spec: jsonText(j.Spec, "{}"), Key: j.Requirement.Key()}
-		if err := t.release(ctx, p, nil); err != nil {
-			return err
-		}
+		roots = append(roots, pendingJob{ID: ids[i], RunID: runID, Name: j.Name, Base: j.Base,
+			Matrix: jsonText(j.Matrix, "{}"), Spec: jsonText(j.Spec, "{}"), Key: j.Requirement.Key()})
+	}
+	if err := t.releaseAll(ctx, roots, make([][]UpstreamJob, len(roots))); err != nil {
+		return err
 	}
 	return t.releaseWaves(ctx, waves)
 }
