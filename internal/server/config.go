@@ -294,7 +294,7 @@ func (c *Config) Validate() error {
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			add("metrics.listen: %q is not host:port (e.g. 127.0.0.1:9464)", c.Metrics.Listen)
-		} else if c.Metrics.Listen == c.Listen {
+		} else if _, port, _ := net.SplitHostPort(c.Metrics.Listen); c.Metrics.Listen == c.Listen && port != "0" {
 			add("metrics.listen must differ from listen (leave it empty to serve /metrics on the main listener)")
 		}
 	}

@@ -56,6 +56,7 @@ type Server struct {
 	Sources    *ingress.Sources
 	Logs       *logstore.Store
 	Metrics    *metrics.Metrics
+	MetricsURL string // where /metrics is served: on URL, or on metrics.listen
 }
 
 // shutdownGrace bounds how long in-flight HTTP requests may take to finish
@@ -131,11 +132,8 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", fl.Handler())
 	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
-	var metricsLn *metricsListener
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", met.Handler())
-	} else if metricsLn, err = listenMetrics(cfg.Metrics.Listen, met, log); err != nil {
-		return err
 	}
 	if err := mountAPI(mux, apiDeps{db: eng.DB(), eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log}); err != nil {
 		return err
@@ -144,6 +142,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	metricsURL := "http://" + ln.Addr().String() + "/metrics"
+	var metricsLn *metricsListener
+	if cfg.Metrics.Listen != "" {
+		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, met, log); err != nil {
+			ln.Close()
+			return err
+		}
+		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
 	}
 	// Requests run under baseCtx, which ends streamGrace after shutdown
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
@@ -156,8 +163,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	s := &Server{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), AdminToken: admin,
 		DB: eng.DB(), Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs, Metrics: met,
+		MetricsURL: metricsURL,
 	}
-	log.Info("kiln server ready", "url", s.URL, "data_dir", cfg.DataDir, "database", db.Dialect(),
+	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
 		"startup", time.Since(started).Round(time.Millisecond))
 
 	runCtx, stop := context.WithCancel(ctx)
