@@ -47,7 +47,7 @@ type rig struct {
 }
 
 // newRig builds metrics over a real SQLite store and engine.
-func newRig(t *testing.T, cfg Config) rig {
+func newRig(t testing.TB, cfg Config) rig {
 	t.Helper()
 	eng := engine.New(storetest.New(t), engine.Config{})
 	buf := &syncBuffer{}
@@ -62,7 +62,7 @@ func newRig(t *testing.T, cfg Config) rig {
 }
 
 // queue starts a run with one job per runs_on label set; the jobs queue.
-func (r rig) queue(t *testing.T, runsOn ...string) store.CreatedRun {
+func (r rig) queue(t testing.TB, runsOn ...string) store.CreatedRun {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("on: push\njobs:\n")

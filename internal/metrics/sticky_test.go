@@ -3,6 +3,7 @@ package metrics
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 )
 
@@ -93,4 +94,52 @@ func TestUnknownWebhookEventsAreOther(t *testing.T) {
 			t.Errorf("eventLabel(%q) = %q, want %q", ev, got, want)
 		}
 	}
+}
+
+// FuzzStickyBoundLabels checks the invariants of the per-label gauge over
+// any sequence of refreshes: no job is lost by folding, the series stay
+// within the bound (plus the overflow series), and every label once
+// reported keeps a series.
+func FuzzStickyBoundLabels(f *testing.F) {
+	f.Add([]byte("linux=3,macos=2;;linux=1"), uint8(5))
+	f.Add([]byte("a=1,b=2,c=3,d=4;b=1,e=5;"), uint8(2))
+	f.Add([]byte(";;;x=9"), uint8(0))
+	f.Fuzz(func(t *testing.T, script []byte, limit uint8) {
+		seen := map[string]bool{}
+		reported := map[string]bool{}
+		for _, refresh := range strings.Split(string(script), ";") {
+			in, total := map[string]int{}, 0
+			for _, kv := range strings.Split(refresh, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				if k == "" {
+					continue
+				}
+				n := 0
+				for _, c := range v {
+					n = (n*10 + int(c-'0')&15) % 1000
+				}
+				in[k] += n
+				total += n
+			}
+			out := applyStickyQueueLabels(seen, boundLabels(in, seen, int(limit)))
+			sum := 0
+			for _, n := range out {
+				sum += n
+			}
+			if sum != total {
+				t.Fatalf("refresh %q: %d jobs reported, want %d", refresh, sum, total)
+			}
+			if len(out) > int(limit)+1 {
+				t.Fatalf("refresh %q: %d series, limit %d", refresh, len(out), limit)
+			}
+			for l := range reported {
+				if _, ok := out[l]; !ok {
+					t.Fatalf("refresh %q: label %q lost its series", refresh, l)
+				}
+			}
+			for l := range out {
+				reported[l] = true
+			}
+		}
+	})
 }
