@@ -66,6 +66,7 @@ func (p *Processor) record(ctx context.Context, source, kind, event string, body
 	if err != nil {
 		return 0, err
 	}
+	p.recorded(st.Name, event, false)
 	p.Notify(id)
 	return id, nil
 }
