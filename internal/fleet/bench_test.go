@@ -1,0 +1,5 @@
+package fleet
+
+const idleClientsEnv = "KILN_FLEET_IDLE_CLIENTS"
+
+func idleClientsChild() int { return 0 }

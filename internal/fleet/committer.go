@@ -1,0 +1,197 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// The committer is the one writer of job state. Connections, the dispatcher
+// and the disconnect function hand it operations; it runs as many as are
+// waiting in one transaction (one commit, one fsync, for many agents), then
+// gives the engine the merged effects in commit order and wakes the callers.
+//
+// Because every operation about an agent's jobs passes through it, they are
+// ordered: a claim for an agent and that agent's loss commit one after the
+// other, never interleaved.
+
+// op is one store operation. run executes it inside the batch transaction;
+// it may run more than once (PostgreSQL reruns a transaction chosen as a
+// deadlock victim, and a failed batch is retried one operation at a time),
+// so it must reset whatever it captures. A refusal (a stale lease, a job
+// already finished, an unknown token) is the operation's result and does
+// not fail the batch: refusals change nothing.
+type op struct {
+	run  func(ctx context.Context, tx *store.Tx) (store.Effects, error)
+	done chan error // buffered; nil: nobody waits
+}
+
+var errStopped = errors.New("fleet: the orchestrator is shutting down")
+
+type committer struct {
+	db    *store.DB
+	eng   Engine
+	max   int
+	ch    chan *op
+	stop  chan struct{}
+	done  chan struct{}
+	log   func(msg string, args ...any)
+	stats *counters
+
+	// mu guards stopped; submitters hold it shared while they send, so
+	// shutdown, which takes it exclusively, knows no send is under way.
+	mu      sync.RWMutex
+	stopped bool
+}
+
+func newCommitter(db *store.DB, eng Engine, max int, log func(string, ...any), stats *counters) *committer {
+	return &committer{db: db, eng: eng, max: max, ch: make(chan *op, 4*max),
+		stop: make(chan struct{}), done: make(chan struct{}), log: log, stats: stats}
+}
+
+// refusal reports whether err is an operation's answer rather than a
+// failure of the transaction: nothing was written, the rest of the batch
+// may commit.
+func refusal(err error) bool {
+	return errors.Is(err, store.ErrStaleLease) || errors.Is(err, store.ErrConflict) ||
+		errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) ||
+		errors.Is(err, store.ErrUnauthorized)
+}
+
+// do runs fn and waits for its result.
+func (cm *committer) do(fn func(ctx context.Context, tx *store.Tx) (store.Effects, error)) error {
+	o := &op{run: fn, done: make(chan error, 1)}
+	if err := cm.submit(o); err != nil {
+		return err
+	}
+	return <-o.done
+}
+
+// async runs fn without waiting.
+func (cm *committer) async(fn func(ctx context.Context, tx *store.Tx) (store.Effects, error)) {
+	_ = cm.submit(&op{run: fn})
+}
+
+func (cm *committer) submit(o *op) error {
+	cm.mu.RLock()
+	defer cm.mu.RUnlock()
+	if cm.stopped {
+		return errStopped
+	}
+	// The queue is long and drained by run even while shutdown waits for
+	// the lock, so this blocks only while the database is behind.
+	cm.ch <- o
+	return nil
+}
+
+// run commits batches until shutdown, then what is still queued.
+func (cm *committer) run(ctx context.Context) {
+	defer close(cm.done)
+	batch := make([]*op, 0, cm.max)
+	for {
+		var o *op
+		select {
+		case o = <-cm.ch:
+		case <-cm.stop:
+			cm.drain(ctx)
+			return
+		}
+		batch = append(batch[:0], o)
+	fill:
+		for len(batch) < cm.max {
+			select {
+			case o := <-cm.ch:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		cm.commit(ctx, batch)
+	}
+}
+
+// drain marks the committer stopped, committing what senders still hand it
+// until none can, then what is left in the queue.
+func (cm *committer) drain(ctx context.Context) {
+	locked := make(chan struct{})
+	go func() {
+		cm.mu.Lock()
+		cm.stopped = true
+		cm.mu.Unlock()
+		close(locked)
+	}()
+	for {
+		select {
+		case o := <-cm.ch:
+			cm.commit(ctx, []*op{o})
+			continue
+		case <-locked:
+		}
+		break
+	}
+	for {
+		select {
+		case o := <-cm.ch:
+			cm.commit(ctx, []*op{o})
+		default:
+			return
+		}
+	}
+}
+
+// shutdown commits what is queued and stops; later submits fail.
+func (cm *committer) shutdown() {
+	close(cm.stop)
+	<-cm.done
+}
+
+func (cm *committer) commit(ctx context.Context, batch []*op) {
+	results := make([]error, len(batch))
+	effects := make([]store.Effects, len(batch))
+	err := cm.db.Update(ctx, func(tx *store.Tx) error {
+		for i, o := range batch {
+			eff, err := o.run(ctx, tx)
+			if err != nil && !refusal(err) {
+				return err
+			}
+			results[i], effects[i] = err, eff
+			if err != nil {
+				effects[i] = store.Effects{}
+			}
+		}
+		return nil
+	})
+	if err != nil && len(batch) > 1 {
+		// One operation failed the transaction: retry each alone, so
+		// only it fails.
+		cm.log("fleet: a batch of store operations failed; retrying them one by one", "ops", len(batch), "err", err)
+		for _, o := range batch {
+			cm.commit(ctx, []*op{o})
+		}
+		return
+	}
+	if err != nil {
+		results[0], effects[0] = err, store.Effects{}
+	}
+	cm.stats.batches.Add(1)
+	cm.stats.batchedOps.Add(uint64(len(batch)))
+	var merged store.Effects
+	for _, e := range effects {
+		merged.Queued = append(merged.Queued, e.Queued...)
+		merged.Finished = append(merged.Finished, e.Finished...)
+		merged.Cancel = append(merged.Cancel, e.Cancel...)
+		merged.Runs = append(merged.Runs, e.Runs...)
+	}
+	if len(merged.Queued)+len(merged.Finished)+len(merged.Cancel)+len(merged.Runs) > 0 {
+		cm.eng.Apply(merged)
+	}
+	for i, o := range batch {
+		if o.done != nil {
+			o.done <- results[i]
+		} else if results[i] != nil && !refusal(results[i]) {
+			cm.log("fleet: a store operation failed", "err", results[i])
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// Defaults for Config beyond the protocol's own (proto.Default*).
+const (
+	DefaultSweepInterval   = time.Second
+	DefaultRedriveInterval = 10 * time.Second
+	DefaultWriteTimeout    = 10 * time.Second
+	// Rate limits are per connection. They are generous: one agent
+	// streaming 200,000 log lines a second sends about 40 MB/s in a few
+	// thousand frames. They exist to stop a runaway agent from starving the
+	// others, not to shape normal traffic.
+	DefaultMessagesPerSecond = 2000
+	DefaultMessageBurst      = 4000
+	DefaultBytesPerSecond    = 64 << 20
+	DefaultByteBurst         = 64 << 20
+	DefaultRateLimitGrace    = 5 * time.Second
+	DefaultMaxBatch          = 256
+)
+
+// Config configures a Fleet. Every field has a default; zero means "use
+// it".
+//
+// The ack deadline, the recovery window and the stale-job threshold are not
+// here: the store arms and sweeps them in the statements that claim, lose
+// and heartbeat jobs, so they are store.Config's AckTimeout, RecoveryWindow
+// and StaleAfter. Keep StaleAfter above JobHeartbeatInterval (the default is
+// twice it) and RecoveryWindow above the agents' maximum reconnect delay.
+type Config struct {
+	// AuthTimeout bounds the wait for the auth frame after the upgrade
+	// (close 4002).
+	AuthTimeout time.Duration
+	// RegisterTimeout bounds the wait for register after auth.ok (close
+	// 4002).
+	RegisterTimeout time.Duration
+	// HeartbeatInterval and JobHeartbeatInterval are told to agents in
+	// register.ack.
+	HeartbeatInterval    time.Duration
+	JobHeartbeatInterval time.Duration
+	// An agent silent (no frame at all) for UnhealthyAfter is marked
+	// unhealthy and gets no new jobs; silent for DropAfter it is dropped
+	// (close 4004).
+	UnhealthyAfter time.Duration
+	DropAfter      time.Duration
+	// SweepInterval is how often the monitor runs: heartbeat checks, the
+	// ack, recovery and stale sweeps, buffered job heartbeats. It bounds
+	// how late a deadline is noticed.
+	SweepInterval time.Duration
+	// RedriveInterval is the safety net: every queued job is offered to
+	// idle agents again, so a missed wake-up never strands a job.
+	RedriveInterval time.Duration
+	// WriteTimeout bounds one frame written to an agent; an agent that
+	// cannot take a frame for that long is disconnected.
+	WriteTimeout time.Duration
+	// MaxMessageBytes is the largest frame read (larger: close 1009).
+	MaxMessageBytes int64
+	// Per-connection token buckets. Agent heartbeats and job heartbeats are
+	// exempt. A connection over a limit is slowed down (its frames are read
+	// later); one over it for longer than RateLimitGrace gets error
+	// RATE_LIMITED and close 4008.
+	MessagesPerSecond float64
+	MessageBurst      int
+	BytesPerSecond    float64
+	ByteBurst         int
+	RateLimitGrace    time.Duration
+	// MaxBatch bounds the store operations committed in one transaction.
+	MaxBatch int
+	// SoleCoordinator says no other orchestrator process serves agents from
+	// this database (always true for SQLite). Then, at start, agents the
+	// database still lists as connected lost their connection with the
+	// previous process: their jobs enter the recovery window, which agents
+	// that reconnect in time end by listing the jobs they still run.
+	SoleCoordinator bool
+
+	// Clock returns the current time (default time.Now). Deadlines the
+	// fleet keeps (heartbeats, rate limits, token expiry) read it; timers
+	// for the auth and register deadlines are real.
+	Clock  func() time.Time
+	Logger *slog.Logger
+	// Decorate, if set, completes a job's spec right before it is sent:
+	// clone credentials and secrets, which are never stored in the queue.
+	// An error requeues the job (its attempt counted).
+	Decorate func(ctx context.Context, c store.Claimed, spec *proto.JobSpec) error
+}
+
+func (c Config) withDefaults() Config {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	set(&c.AuthTimeout, proto.DefaultAuthTimeout)
+	set(&c.RegisterTimeout, proto.DefaultRegisterTimeout)
+	set(&c.HeartbeatInterval, proto.DefaultHeartbeatInterval)
+	set(&c.JobHeartbeatInterval, proto.DefaultJobHeartbeatInterval)
+	set(&c.UnhealthyAfter, proto.DefaultUnhealthyAfter)
+	set(&c.DropAfter, proto.DefaultDropAfter)
+	set(&c.SweepInterval, DefaultSweepInterval)
+	set(&c.RedriveInterval, DefaultRedriveInterval)
+	set(&c.WriteTimeout, DefaultWriteTimeout)
+	set(&c.RateLimitGrace, DefaultRateLimitGrace)
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = proto.MaxFrameBytes
+	}
+	if c.MessagesPerSecond == 0 {
+		c.MessagesPerSecond = DefaultMessagesPerSecond
+	}
+	if c.MessageBurst == 0 {
+		c.MessageBurst = DefaultMessageBurst
+	}
+	if c.BytesPerSecond == 0 {
+		c.BytesPerSecond = DefaultBytesPerSecond
+	}
+	if c.ByteBurst == 0 {
+		c.ByteBurst = DefaultByteBurst
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"AuthTimeout", c.AuthTimeout}, {"RegisterTimeout", c.RegisterTimeout},
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"JobHeartbeatInterval", c.JobHeartbeatInterval},
+		{"UnhealthyAfter", c.UnhealthyAfter}, {"DropAfter", c.DropAfter},
+		{"SweepInterval", c.SweepInterval}, {"RedriveInterval", c.RedriveInterval},
+		{"WriteTimeout", c.WriteTimeout}, {"RateLimitGrace", c.RateLimitGrace},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("fleet: %s is negative (%s)", d.name, d.v))
+		}
+	}
+	if c.UnhealthyAfter <= c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("fleet: UnhealthyAfter (%s) must be longer than HeartbeatInterval (%s), or every agent looks unhealthy between two heartbeats",
+			c.UnhealthyAfter, c.HeartbeatInterval))
+	}
+	if c.DropAfter < c.UnhealthyAfter {
+		errs = append(errs, fmt.Errorf("fleet: DropAfter (%s) must not be shorter than UnhealthyAfter (%s)", c.DropAfter, c.UnhealthyAfter))
+	}
+	if c.MaxMessageBytes < 1024 || c.MaxMessageBytes > proto.MaxFrameBytes {
+		errs = append(errs, fmt.Errorf("fleet: MaxMessageBytes is %d; it must be between 1 KiB and the protocol's %d bytes", c.MaxMessageBytes, proto.MaxFrameBytes))
+	}
+	if c.MessagesPerSecond < 0 || c.MessageBurst < 1 || c.BytesPerSecond < 0 || c.ByteBurst < 1 {
+		errs = append(errs, errors.New("fleet: the rate limits must be positive"))
+	}
+	if int64(c.ByteBurst) < c.MaxMessageBytes {
+		errs = append(errs, fmt.Errorf("fleet: ByteBurst (%d) is smaller than MaxMessageBytes (%d): a frame of the largest size could never be read", c.ByteBurst, c.MaxMessageBytes))
+	}
+	if c.MaxBatch < 1 {
+		errs = append(errs, errors.New("fleet: MaxBatch must be at least 1"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,457 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	gojson "github.com/goccy/go-json"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// The dispatcher turns wake-ups into claims. Two things wake it: jobs
+// entering the queue (Wake, with how many) and agents with free slots
+// (registration, a job's end, agent.status). It coalesces them, so a burst
+// of wake-ups costs one pass.
+//
+// A freed agent claims directly: the store's Claim gives it the oldest
+// queued jobs it accepts, so every wake reason shares one FIFO order. New
+// jobs are routed by queue key: the dispatcher reads the distinct queued
+// keys, gives each key idle agents that accept it — enough free slots for
+// the jobs that arrived — and claims for them in one transaction, in
+// rounds until the keys are drained or no accepting agent is idle. The keys
+// still waiting then get their pending reason.
+type dispatcher struct {
+	f    *Fleet
+	wake chan struct{}
+
+	mu      sync.Mutex
+	freed   map[*agent]struct{}
+	hint    int  // jobs that entered the queue since the last pass
+	full    bool // redrive: offer the queue to every idle agent
+	reasons bool // the set of agents changed: recompute pending reasons
+	wokeAt  map[string]time.Time
+
+	// lastReason is the pending reason last written per key; only the
+	// dispatcher's goroutine touches it.
+	lastReason map[string]string
+}
+
+// maxRounds bounds one routing pass; a longer one continues in the next.
+const maxRounds = 32
+
+// maxWokeAt bounds the wake times kept for the dispatch latency statistic.
+const maxWokeAt = 100_000
+
+func newDispatcher(f *Fleet) *dispatcher {
+	return &dispatcher{f: f, wake: make(chan struct{}, 1), freed: map[*agent]struct{}{},
+		wokeAt: map[string]time.Time{}, lastReason: map[string]string{}}
+}
+
+func (d *dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// jobsQueued is Wake.
+func (d *dispatcher) jobsQueued(jobs []store.JobRef) {
+	now := d.f.now()
+	d.mu.Lock()
+	d.hint += len(jobs)
+	for _, j := range jobs {
+		if len(d.wokeAt) < maxWokeAt {
+			d.wokeAt[j.ID] = now
+		}
+	}
+	d.mu.Unlock()
+	d.signal()
+}
+
+func (d *dispatcher) agentFree(a *agent) {
+	d.mu.Lock()
+	d.freed[a] = struct{}{}
+	d.mu.Unlock()
+	d.signal()
+}
+
+func (d *dispatcher) refreshReasons() {
+	d.mu.Lock()
+	d.reasons = true
+	d.mu.Unlock()
+	d.signal()
+}
+
+func (d *dispatcher) redrive() {
+	d.mu.Lock()
+	d.full = true
+	d.mu.Unlock()
+	d.signal()
+}
+
+// pruneWokeAt forgets wake times older than age (jobs another coordinator
+// took, or that were cancelled while queued).
+func (d *dispatcher) pruneWokeAt(now time.Time, age time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, t := range d.wokeAt {
+		if now.Sub(t) > age {
+			delete(d.wokeAt, id)
+		}
+	}
+}
+
+func (d *dispatcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		}
+		d.pass(ctx)
+	}
+}
+
+func (d *dispatcher) pass(ctx context.Context) {
+	d.mu.Lock()
+	freed, hint, full, reasons := d.freed, d.hint, d.full, d.reasons
+	d.freed, d.hint, d.full, d.reasons = map[*agent]struct{}{}, 0, false, false
+	d.mu.Unlock()
+	if len(freed) > 0 {
+		picks := make([]pick, 0, len(freed))
+		for a := range freed {
+			if n := a.freeSlots(); n > 0 {
+				picks = append(picks, pick{a: a, n: n})
+			}
+		}
+		sort.Slice(picks, func(i, j int) bool { return picks[i].a.id < picks[j].a.id })
+		d.claim(ctx, picks)
+	}
+	if hint > 0 || full || reasons {
+		if !d.route(ctx, hint, full) {
+			// A pass cut short continues at once.
+			d.mu.Lock()
+			d.full = true
+			d.mu.Unlock()
+			d.signal()
+		}
+	}
+}
+
+// pick is a claim for one agent and, once committed, what it got.
+type pick struct {
+	a   *agent
+	n   int
+	got []store.Claimed
+}
+
+// route offers the queued keys to idle agents and refreshes the pending
+// reasons of the keys still waiting. It reports false when it stopped
+// before the queue was drained or every accepting agent was busy.
+func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
+	f := d.f
+	keys, err := f.db.Queue().Keys(ctx)
+	if err != nil {
+		f.log.Error("fleet: reading the queue failed; the redrive will retry", "err", err)
+		return true
+	}
+	live := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		live[k] = true
+	}
+	budget := hint
+	if full {
+		budget = math.MaxInt
+	}
+	done := true
+	for round := 0; len(live) > 0; round++ {
+		if round == maxRounds {
+			done = false
+			break
+		}
+		picks := d.allot(live, budget)
+		if len(picks) == 0 {
+			break
+		}
+		claimed := d.claim(ctx, picks)
+		budget = max(budget-claimed, 0)
+		for _, p := range picks {
+			if len(p.got) < p.n { // the agent took all it accepts: those keys are drained
+				for k := range live {
+					if p.a.labels.Accepts(requirement(k)) {
+						delete(live, k)
+					}
+				}
+			}
+		}
+		if claimed == 0 {
+			break
+		}
+	}
+	d.explain(ctx, keys, live, hint > 0 || full)
+	return done
+}
+
+// allot gives each live key idle agents accepting it: at least one, and
+// enough free slots for budget jobs. An agent is given to one key per round
+// (its claim takes the oldest jobs of every key it accepts).
+func (d *dispatcher) allot(live map[string]bool, budget int) []pick {
+	keys := make([]string, 0, len(live))
+	for k := range live {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	used := map[*agent]bool{}
+	var picks []pick
+	for _, k := range keys {
+		want := max(budget, 1)
+		got := 0
+		for _, a := range d.f.reg.matching(k) {
+			if got >= want {
+				break
+			}
+			if used[a] {
+				continue
+			}
+			if n := a.freeSlots(); n > 0 {
+				used[a] = true
+				picks = append(picks, pick{a: a, n: n})
+				got += n
+			}
+		}
+	}
+	return picks
+}
+
+// claim claims for the picks in one transaction and sends what they got.
+// It returns how many jobs were claimed.
+func (d *dispatcher) claim(ctx context.Context, picks []pick) int {
+	if len(picks) == 0 {
+		return 0
+	}
+	err := d.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		var eff store.Effects
+		for i := range picks {
+			p := &picks[i]
+			p.got = nil
+			if p.a.lost.Load() {
+				continue
+			}
+			cs, err := tx.Queue().Claim(ctx, p.a.id, p.a.labels, p.n)
+			if err != nil {
+				return store.Effects{}, err
+			}
+			p.got = cs
+			for _, c := range cs {
+				if c.RunStarted {
+					eff.Runs = append(eff.Runs, store.RunChange{ID: c.RunID, Status: kiln.RunRunning})
+				}
+			}
+		}
+		return eff, nil
+	})
+	if err != nil {
+		d.f.log.Error("fleet: claiming jobs failed; the redrive will retry", "err", err)
+		return 0
+	}
+	n := 0
+	for _, p := range picks {
+		n += len(p.got)
+		for _, c := range p.got {
+			d.deliver(ctx, p.a, c)
+		}
+	}
+	return n
+}
+
+// deliver sends a claimed job to its agent. The lease is recorded before
+// the frame is written, so the agent's answer always finds it.
+func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
+	f := d.f
+	l := store.Lease{JobID: c.JobID, Epoch: c.Epoch}
+	spec, err := decodeSpec(c.Spec)
+	if err != nil {
+		f.log.Error("fleet: a job's spec cannot be read; failing it", "job_id", c.JobID, "err", err)
+		f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+			return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: kiln.JobFailed,
+				Error: "kiln could not read the job's specification: " + err.Error()})
+		})
+		return
+	}
+	if f.cfg.Decorate != nil {
+		if err := f.cfg.Decorate(ctx, c, &spec); err != nil {
+			f.log.Error("fleet: preparing a dispatch failed; requeueing the job", "job_id", c.JobID, "err", err)
+			f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+				res, err := tx.Queue().Requeue(ctx, l, "preparing the dispatch failed: "+err.Error())
+				return res.Effects, err
+			})
+			return
+		}
+	}
+	frame, err := proto.Encode(0, &proto.Dispatch{JobID: c.JobID, RunID: c.RunID, LeaseEpoch: c.Epoch, Attempt: c.Attempt, Spec: spec})
+	if err != nil {
+		f.log.Error("fleet: a dispatch cannot be encoded; failing the job", "job_id", c.JobID, "err", err)
+		f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+			return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: kiln.JobFailed,
+				Error: "kiln could not send the job to an agent: " + err.Error()})
+		})
+		return
+	}
+	a.mu.Lock()
+	if a.lost.Load() {
+		// The agent's loss, committed after this claim, covers the job.
+		a.mu.Unlock()
+		return
+	}
+	j := &heldJob{runID: c.RunID, epoch: c.Epoch, attempt: c.Attempt}
+	a.jobs[c.JobID] = j
+	a.mu.Unlock()
+	if err := a.c.write(frame); err != nil {
+		return // the connection is gone; its disconnect hands the job back
+	}
+	now := f.now()
+	a.mu.Lock()
+	j.sent, j.sentAt = true, now
+	cancel := a.cancels[c.JobID]
+	delete(a.cancels, c.JobID)
+	a.mu.Unlock()
+	f.stats.dispatched.Add(1)
+	d.mu.Lock()
+	woke, ok := d.wokeAt[c.JobID]
+	delete(d.wokeAt, c.JobID)
+	d.mu.Unlock()
+	if ok {
+		f.stats.dispatchLatency.observe(now.Sub(woke))
+	}
+	if cancel != nil && cancel.LeaseEpoch == c.Epoch {
+		_ = a.c.send(cancel)
+	}
+}
+
+// decodeSpec reads the JobSpec out of the spec the engine stored:
+// {"spec": JobSpec, …}.
+func decodeSpec(raw []byte) (proto.JobSpec, error) {
+	var env struct {
+		Spec *proto.JobSpec `json:"spec"`
+	}
+	if err := gojson.Unmarshal(raw, &env); err != nil {
+		return proto.JobSpec{}, fmt.Errorf("the stored spec is not JSON: %w", err)
+	}
+	if env.Spec == nil {
+		return proto.JobSpec{}, fmt.Errorf("the stored spec has no \"spec\" object")
+	}
+	return *env.Spec, nil
+}
+
+// explain writes the pending reason of the keys still waiting, when it
+// changed — or, after new jobs arrived (they enter the queue with a generic
+// reason), for every waiting key.
+func (d *dispatcher) explain(ctx context.Context, keys []string, live map[string]bool, fresh bool) {
+	f := d.f
+	present := make(map[string]bool, len(keys))
+	updates := map[string]string{}
+	for _, k := range keys {
+		present[k] = true
+		if !live[k] {
+			continue
+		}
+		reason, ok := d.reason(k)
+		if !ok {
+			continue
+		}
+		if fresh || d.lastReason[k] != reason {
+			updates[k] = reason
+			d.lastReason[k] = reason
+		}
+	}
+	for k := range d.lastReason {
+		if !present[k] {
+			delete(d.lastReason, k)
+		}
+	}
+	if len(updates) == 0 {
+		return
+	}
+	f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		for k, r := range updates {
+			if _, err := tx.Queue().SetPendingReasonForKey(ctx, k, r); err != nil {
+				return store.Effects{}, err
+			}
+		}
+		return store.Effects{}, nil
+	})
+}
+
+// reason says why jobs with the key wait; false when an agent could take
+// them now (a claim will follow).
+func (d *dispatcher) reason(key string) (string, bool) {
+	req := requirement(key)
+	matching := d.f.reg.matching(key)
+	if len(matching) == 0 {
+		return noAgentReason(req, d.f.reg.list()), true
+	}
+	var draining, busy int
+	for _, a := range matching {
+		if a.freeSlots() > 0 {
+			return "", false
+		}
+		a.mu.Lock()
+		if a.draining {
+			draining++
+		} else {
+			busy++
+		}
+		a.mu.Unlock()
+	}
+	if busy == 0 {
+		if draining == 1 {
+			return "the one matching agent is draining", true
+		}
+		return fmt.Sprintf("all %d matching agents are draining", draining), true
+	}
+	return store.ReasonAgentsBusy(busy), true
+}
+
+// noAgentReason names what no connected agent offers and, when some agent
+// is connected, the one that comes closest.
+func noAgentReason(req kiln.Requirement, agents []*agent) string {
+	reason := store.ReasonNoAgent(req)
+	if len(req.Exclude) > 0 {
+		reason += " and without " + joinLabels(req.Exclude)
+	}
+	var best *agent
+	bestMissing := math.MaxInt
+	for _, a := range agents {
+		missing := 0
+		for _, l := range req.RunsOn {
+			if !a.labels.Labels.Has(l) {
+				missing++
+			}
+		}
+		if missing < bestMissing {
+			best, bestMissing = a, missing
+		}
+	}
+	if best != nil {
+		reason += fmt.Sprintf(" (closest: agent %s %s)", best.id, best.labels.Explain(req))
+	}
+	return reason
+}
+
+func joinLabels(ls kiln.Labels) string {
+	s := ""
+	for i, l := range ls {
+		if i > 0 {
+			s += ", "
+		}
+		s += l
+	}
+	return s
+}

@@ -1,0 +1,171 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
+)
+
+// A job released while an agent idles is pushed to it at once, and the
+// agent's reports carry it to its end: started, a step, logs, success; the
+// dependent job follows on the same agent.
+func TestPushDispatchLifecycle(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		h := start(t, b, options{cfg: fastConfig()})
+		_, secret := h.token(store.AgentTokenSpec{})
+		c, ack := h.connect(secret, reg{id: "build-1", labels: []string{"docker"}})
+		if ack.Labels == nil || !kiln.Labels(ack.Labels).Has("linux") || !kiln.Labels(ack.Labels).Has("docker") ||
+			ack.HeartbeatIntervalMS != proto.DefaultHeartbeatInterval.Milliseconds() {
+			t.Fatalf("register.ack %+v", ack)
+		}
+		runID, jobs := h.run(job("build", "linux"), testJob{name: "deploy", runsOn: []string{"linux"}, needs: []string{"build"}})
+		d := expect[*proto.Dispatch](c)
+		if d.JobID != jobs["build"] || d.RunID != runID || d.LeaseEpoch != 1 || d.Attempt != 1 || d.Spec.Name != "build" || len(d.Spec.Steps) != 1 {
+			t.Fatalf("dispatch %+v", d)
+		}
+		c.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
+		c.send(&proto.JobStatus{JobID: d.JobID, LeaseEpoch: 1, Status: kiln.JobRunning, Time: time.Now()})
+		code := 0
+		c.send(&proto.StepStatus{JobID: d.JobID, LeaseEpoch: 1, Index: 0, Name: "build", Status: kiln.StepRunning})
+		c.send(&proto.Log{JobID: d.JobID, LeaseEpoch: 1, Step: 0, Lines: []proto.LogLine{
+			{Seq: 1, Stream: proto.StreamStdout, Text: "one"}, {Seq: 2, Stream: proto.StreamStderr, Text: "two"}}})
+		c.send(&proto.StepStatus{JobID: d.JobID, LeaseEpoch: 1, Index: 0, Name: "build", Status: kiln.StepSuccess, ExitCode: &code})
+		c.waitAck(c.seq)
+		j := h.waitStatus(d.JobID, kiln.JobRunning)
+		if len(j.Steps) == 0 || j.Steps[0].Status != kiln.StepSuccess {
+			t.Fatalf("steps %+v", j.Steps)
+		}
+		lines, err := h.logs.Read(logstore.Ref{RunID: runID, JobID: d.JobID, Epoch: 1, Step: 0}, 0, 10)
+		if err != nil || len(lines) != 2 || lines[1].Text != "two" {
+			t.Fatalf("stored log %+v %v", lines, err)
+		}
+		if hw, _ := h.db.Logs().HighWater(bg, d.JobID, 0); hw != 2 {
+			t.Fatalf("the step's chunk index says %d, want 2", hw)
+		}
+		c.send(&proto.JobStatus{JobID: d.JobID, LeaseEpoch: 1, Status: kiln.JobSuccess, Outputs: map[string]string{"v": "1"}, Time: time.Now()})
+		// The dependent is released and pushed to the freed agent.
+		d2 := expect[*proto.Dispatch](c)
+		if d2.JobID != jobs["deploy"] {
+			t.Fatalf("second dispatch %+v", d2)
+		}
+		if j := h.waitStatus(jobs["build"], kiln.JobSuccess); j.Outputs["v"] != "1" {
+			t.Fatalf("outputs %+v", j.Outputs)
+		}
+		c.runJob(d2, kiln.JobSuccess)
+		h.waitStatus(jobs["deploy"], kiln.JobSuccess)
+		eventually(t, "the run succeeds", func() bool {
+			r, _ := h.db.Runs().Get(bg, runID)
+			return r.Status == kiln.RunSuccess
+		})
+		st := h.f.Stats()
+		if st.Dispatched != 2 || st.DispatchLatency.Count == 0 || st.AckLatency.Count != 2 || st.Agents != 1 || st.LogLines != 3 {
+			t.Fatalf("stats %+v", st)
+		}
+		infos := h.f.Agents()
+		if len(infos) != 1 || infos[0].ID != "build-1" || infos[0].ActiveJobs != 0 || !infos[0].Healthy || infos[0].Hostname != "host-build-1" {
+			t.Fatalf("agents %+v", infos)
+		}
+	})
+}
+
+// An agent with free capacity takes the oldest queued job it accepts,
+// whatever its key: FIFO across keys.
+func TestFIFOAcrossKeys(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		h := start(t, b, options{cfg: fastConfig()})
+		_, secret := h.token(store.AgentTokenSpec{})
+		var ids []string
+		for i, labels := range [][]string{{"linux"}, {"linux", "docker"}, {"linux"}, {"docker"}} {
+			_, jobs := h.run(job("j"+string(rune('0'+i)), labels...))
+			ids = append(ids, jobs["j"+string(rune('0'+i))])
+		}
+		c, _ := h.connect(secret, reg{id: "a", labels: []string{"docker"}})
+		for i, want := range ids {
+			d := expect[*proto.Dispatch](c)
+			if d.JobID != want {
+				t.Fatalf("dispatch %d: got %s, want %s", i, d.JobID, want)
+			}
+			c.runJob(d, kiln.JobSuccess)
+		}
+	})
+}
+
+// A waiting job says why it waits: no agent with its labels (naming the
+// closest agent), all matching agents busy, all draining; the reason and
+// its since-time change only when the reason does.
+func TestPendingReasons(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		h := start(t, b, options{cfg: fastConfig()})
+		_, secret := h.token(store.AgentTokenSpec{})
+		_, jobs := h.run(job("gpu", "linux", "gpu"))
+		gpu := jobs["gpu"]
+		reason := func(want string) store.Job {
+			t.Helper()
+			var j store.Job
+			eventually(t, "pending reason "+want, func() bool {
+				j = h.job(gpu)
+				return strings.Contains(j.PendingReason, want)
+			})
+			return j
+		}
+		reason("no connected agent with labels gpu, linux")
+		c1, _ := h.connect(secret, reg{id: "build-1"})
+		j := reason("closest: agent build-1 lacks gpu")
+		since := j.PendingSince
+
+		// A matching agent that is busy.
+		c2, _ := h.connect(secret, reg{id: "gpu-1", labels: []string{"gpu"}})
+		d := expect[*proto.Dispatch](c2)
+		c2.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
+		_, more := h.run(job("gpu2", "gpu"))
+		var j2 store.Job
+		eventually(t, "busy reason", func() bool {
+			j2 = h.job(more["gpu2"])
+			return j2.PendingReason == "the one matching agent is busy"
+		})
+		first := j2.PendingSince
+		// Redrives keep the reason and its time.
+		h.sweeps(20)
+		if again := h.job(more["gpu2"]); again.PendingReason != j2.PendingReason || !again.PendingSince.Equal(first) {
+			t.Fatalf("reason rewritten: %q since %v (was %v)", again.PendingReason, again.PendingSince, first)
+		}
+		if err := h.f.Drain("gpu-1"); err != nil {
+			t.Fatal(err)
+		}
+		expect[*proto.Drain](c2)
+		eventually(t, "draining reason", func() bool {
+			return h.job(more["gpu2"]).PendingReason == "the one matching agent is draining"
+		})
+		_ = since
+		_ = c1
+	})
+}
+
+// Mandatory labels gate dispatch: a tainted agent takes only jobs asking
+// for its mandatory labels.
+func TestMandatoryLabels(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		h := start(t, b, options{cfg: fastConfig()})
+		_, secret := h.token(store.AgentTokenSpec{Mandatory: kiln.NewLabels("gpu")})
+		c, ack := h.connect(secret, reg{id: "gpu-1"})
+		if !kiln.Labels(ack.Labels).Has("gpu") || len(ack.Mandatory) != 1 || ack.Mandatory[0] != "gpu" {
+			t.Fatalf("register.ack %+v", ack)
+		}
+		_, jobs := h.run(job("plain", "linux"), job("gpu", "linux", "gpu"))
+		d := expect[*proto.Dispatch](c)
+		if d.JobID != jobs["gpu"] {
+			t.Fatalf("the tainted agent got %s", d.JobID)
+		}
+		c.runJob(d, kiln.JobSuccess)
+		c.quiet(100 * time.Millisecond)
+		if j := h.job(jobs["plain"]); j.Status != kiln.JobQueued || !strings.Contains(j.PendingReason, "mandatory label gpu") {
+			t.Fatalf("plain job %s, reason %q", j.Status, j.PendingReason)
+		}
+	})
+}

@@ -1,0 +1,32 @@
+// Package fleet is the orchestrator's side of the agent protocol: the /ws
+// endpoint agents connect to, the registry of connected agents, push
+// dispatch, and the monitors that notice lost agents, late acknowledgements
+// and stale jobs. It exists so that the promises kiln makes about agents —
+// nothing lost, nothing run twice, every waiting job says why it waits —
+// are kept in one place, on top of the store's lease-guarded operations.
+//
+// How it is put together:
+//
+//   - One goroutine per connection (conn.go) reads frames and handles them
+//     in order; writes from any goroutine go straight to the WebSocket with
+//     a timeout. An idle agent costs that goroutine and a few hundred bytes
+//     of state besides the socket.
+//   - Every write to the store about jobs goes through the committer
+//     (committer.go), one goroutine that commits the operations of many
+//     connections in one transaction (group commit) and hands the effects to
+//     the engine in commit order. Operations about one agent are therefore
+//     ordered: a claim for an agent and the loss of that agent never race.
+//   - The dispatcher (dispatch.go), one goroutine, turns wake-ups (jobs
+//     entered the queue, an agent freed a slot) into claims for idle agents,
+//     sends the job.dispatch frames, and keeps each waiting job's pending
+//     reason current.
+//   - The monitor (monitor.go), one goroutine, runs the heartbeat monitor
+//     and the store's sweeps (ack deadlines, recovery windows, stale jobs)
+//     and writes buffered job heartbeats.
+//   - Every way a connection ends goes through one function, disconnect
+//     (disconnect.go), which hands the agent's jobs to the store's recovery
+//     first, then releases everything waiting on the agent, unregisters it,
+//     and only then closes the socket.
+//
+// docs/protocol.md describes the protocol; internal/proto holds its messages.
+package fleet

@@ -1,0 +1,231 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// Engine receives the effects of every store operation the fleet runs
+// (jobs released into the queue, jobs finished, cancels to send, run
+// changes). It must be quick and must not wait for the fleet: it is called
+// in commit order from the goroutine that commits.
+type Engine interface {
+	Apply(store.Effects)
+}
+
+// Fleet serves agents. It implements the engine's Dispatcher (Wake,
+// Cancel).
+type Fleet struct {
+	db   *store.DB
+	logs *logstore.Store
+	eng  Engine
+	cfg  Config
+	log  *slog.Logger
+
+	reg   *registry
+	cm    *committer
+	disp  *dispatcher
+	hb    heartbeats
+	stats counters
+
+	state     atomic.Int32 // 0 new, 1 running, 2 stopped
+	accepting atomic.Bool
+	handlers  sync.WaitGroup // connection goroutines
+	closers   sync.WaitGroup // close handshakes in flight
+
+	lossMu sync.Mutex
+	losses map[string]closeCause
+
+	// hooks let tests observe internal steps; nil in production.
+	hooks struct {
+		released atomic.Pointer[func(agentID string, cause closeCause, rel released)]
+		swept    atomic.Pointer[func()]
+		// registering runs while a registration holds its id, before it
+		// is recorded.
+		registering atomic.Pointer[func(agentID string)]
+	}
+}
+
+// New returns a fleet serving agents from db, storing their logs in logs and
+// handing the effects of its store operations to eng. Run starts it.
+func New(db *store.DB, logs *logstore.Store, eng Engine, cfg Config) (*Fleet, error) {
+	if db == nil || logs == nil || eng == nil {
+		return nil, errors.New("fleet: a store, a log store and an engine are required")
+	}
+	cfg = cfg.withDefaults()
+	if db.Dialect() == "sqlite" {
+		cfg.SoleCoordinator = true // one process owns a SQLite database
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	f := &Fleet{db: db, logs: logs, eng: eng, cfg: cfg, log: cfg.Logger, reg: newRegistry()}
+	f.cm = newCommitter(db, eng, cfg.MaxBatch, f.log.Error, &f.stats)
+	f.disp = newDispatcher(f)
+	return f, nil
+}
+
+func (f *Fleet) now() time.Time { return f.cfg.Clock() }
+
+// Handler is the /ws endpoint (proto.Path). It answers 503 until Run has
+// started and after it ended.
+func (f *Fleet) Handler() http.Handler { return http.HandlerFunc(f.serveHTTP) }
+
+// Run serves until ctx ends: it starts the committer, the dispatcher and the
+// monitor, then accepts agents. When ctx ends it closes every connection
+// with 1001 (going away), leaving the agents' jobs for the next process to
+// recover, and returns once the connections are closed.
+func (f *Fleet) Run(ctx context.Context) error {
+	if !f.state.CompareAndSwap(0, 1) {
+		return errors.New("fleet: Run was called twice")
+	}
+	// Store work that is under way finishes even as ctx ends.
+	bg := context.WithoutCancel(ctx)
+	cmDone := make(chan struct{})
+	go func() {
+		defer close(cmDone)
+		f.cm.run(bg)
+	}()
+	if f.cfg.SoleCoordinator {
+		if err := f.recoverOrphans(bg); err != nil {
+			f.log.Error("fleet: recovering the jobs of the previous process's agents failed", "err", err)
+		}
+	}
+	loopCtx, stopLoops := context.WithCancel(bg)
+	var loops sync.WaitGroup
+	loops.Go(func() { f.disp.run(loopCtx) })
+	loops.Go(func() { f.monitor(loopCtx) })
+	f.accepting.Store(true)
+	f.disp.redrive() // the queue may hold jobs from before the start
+
+	<-ctx.Done()
+	f.accepting.Store(false)
+	f.state.Store(2)
+	stopLoops()
+	loops.Wait()
+	for _, c := range f.reg.allConns() {
+		f.disconnect(c, causeShutdown())
+	}
+	waitFor(&f.handlers, 15*time.Second)
+	f.cm.shutdown()
+	<-cmDone
+	waitFor(&f.closers, 15*time.Second)
+	return nil
+}
+
+// waitFor waits for wg, at most d.
+func waitFor(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// Wake offers jobs that entered the queue to idle agents now.
+func (f *Fleet) Wake(jobs []store.JobRef) {
+	if len(jobs) > 0 {
+		f.disp.jobsQueued(jobs)
+	}
+}
+
+// Cancel sends job.cancel to the agent holding t.JobID under t.Epoch. An
+// agent that is not connected is not told: the recovery and stale sweeps
+// end the job.
+func (f *Fleet) Cancel(t store.CancelTarget, force bool, reason string) {
+	a := f.reg.get(t.AgentID)
+	if a == nil {
+		return
+	}
+	m := &proto.Cancel{JobID: t.JobID, LeaseEpoch: t.Epoch, Force: force, Reason: reason}
+	a.mu.Lock()
+	j := a.jobs[t.JobID]
+	switch {
+	case j != nil && j.epoch != t.Epoch:
+		a.mu.Unlock()
+		return
+	case j == nil || !j.sent:
+		// The dispatch has not been written yet: the cancel follows it.
+		if a.cancels == nil {
+			a.cancels = map[string]*proto.Cancel{}
+		}
+		a.cancels[t.JobID] = m
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	_ = a.c.send(m)
+}
+
+// Drain asks an agent to finish its jobs and take no new ones.
+func (f *Fleet) Drain(agentID string) error {
+	a := f.reg.get(agentID)
+	if a == nil {
+		return kiln.Errorf(kiln.CodeNotFound, "agent %s is not connected", agentID)
+	}
+	a.mu.Lock()
+	a.drainAsked, a.draining = true, true
+	a.mu.Unlock()
+	f.disp.refreshReasons()
+	if err := a.c.send(&proto.Drain{}); err != nil {
+		return kiln.Errorf(kiln.CodeUnavailable, "agent %s could not be told to drain: %v", agentID, err)
+	}
+	return nil
+}
+
+// DisconnectToken closes at once (4011) every connection authenticated with
+// a token that was revoked.
+func (f *Fleet) DisconnectToken(tokenID string) {
+	for _, c := range f.reg.connsOfToken(tokenID) {
+		f.disconnect(c, closeCause{kind: "token_revoked", code: proto.CloseTokenRevoked, reason: "the agent token was revoked"})
+	}
+}
+
+// AgentInfo describes a connected agent.
+type AgentInfo struct {
+	ID            string
+	Labels        kiln.Labels
+	Mandatory     kiln.Labels
+	MaxJobs       int
+	ActiveJobs    int
+	Draining      bool
+	Healthy       bool
+	ConnectedAt   time.Time
+	LastHeartbeat time.Time
+	Version       string
+	Hostname      string
+}
+
+// Agents lists the connected agents by id.
+func (f *Fleet) Agents() []AgentInfo {
+	as := f.reg.list()
+	out := make([]AgentInfo, 0, len(as))
+	for _, a := range as {
+		if !a.live.Load() {
+			continue
+		}
+		a.mu.Lock()
+		info := AgentInfo{ID: a.id, Labels: a.labels.Labels, Mandatory: a.labels.Mandatory, MaxJobs: a.maxJobs,
+			ActiveJobs: len(a.jobs), Draining: a.draining, Healthy: !a.unhealthy, ConnectedAt: a.connectedAt,
+			LastHeartbeat: time.Unix(0, a.c.lastSeen.Load()), Version: a.version, Hostname: a.hostname}
+		a.mu.Unlock()
+		out = append(out, info)
+	}
+	return out
+}

@@ -1,0 +1,333 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// next reads and handles one frame of a registered connection.
+//
+// Durable frames (job.status, step.status, log) are answered with an ack
+// once they are stored — or refused for good (a stale lease): the ack means
+// the orchestrator is done with every frame up to it. A frame that could
+// not be stored because the store failed is never acknowledged: the
+// connection closes (4006) and the agent replays it after reconnecting.
+func (c *conn) next() (closeCause, bool) {
+	seq, m, cause, ok := c.decode()
+	if !ok {
+		return cause, false
+	}
+	a := c.agent.Load()
+	if proto.Durable(m.Type()) {
+		if seq <= c.lastSeq {
+			return c.invalid(fmt.Sprintf("%s frame seq %d does not follow seq %d", m.Type(), seq, c.lastSeq)), false
+		}
+		c.lastSeq = seq
+	}
+	var err error
+	switch m := m.(type) {
+	case *proto.Heartbeat:
+		c.capacity(a, m.ActiveJobs, m.Draining)
+	case *proto.AgentStatus:
+		c.capacity(a, m.ActiveJobs, m.Draining)
+	case *proto.JobAck:
+		err = c.jobAck(a, m)
+	case *proto.JobReject:
+		err = c.jobReject(a, m)
+	case *proto.JobHeartbeat:
+		c.jobHeartbeat(a, m)
+	case *proto.JobStatus:
+		err = c.jobStatus(a, m)
+	case *proto.StepStatus:
+		err = c.stepStatus(a, m)
+	case *proto.Log:
+		err = c.logLines(a, m)
+	default: // auth, register
+		return c.invalid(fmt.Sprintf("%s was already sent on this connection", m.Type())), false
+	}
+	if err != nil {
+		if errors.Is(err, errStopped) {
+			return causeShutdown(), false
+		}
+		c.f.log.Error("fleet: storing an agent's report failed; closing the connection so the agent replays it",
+			"agent_id", a.id, "type", m.Type(), "err", err)
+		c.sendError(proto.ErrInternal, "the orchestrator could not store the report; the agent will replay it")
+		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
+	}
+	if seq > 0 {
+		c.sendAck(seq)
+	}
+	return closeCause{}, true
+}
+
+// answer turns a store refusal into the agent's answer: a stale lease (or a
+// job that no longer exists) is an error frame and changes nothing; a job
+// that already ended is a replayed duplicate and needs no answer. Other
+// errors are failures for the caller.
+func (c *conn) answer(err error, what, jobID string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrStaleLease), errors.Is(err, store.ErrNotFound):
+		c.f.stats.staleRefused.Add(1)
+		c.sendError(proto.ErrStaleLease, fmt.Sprintf("%s refused: %s", what, kiln.ErrorMessage(err)))
+		return nil
+	case refusal(err):
+		c.f.log.Debug("fleet: an agent's report changed nothing", "type", what, "job_id", jobID, "err", err)
+		return nil
+	}
+	return err
+}
+
+// capacity handles what heartbeats and agent.status say about the agent.
+func (c *conn) capacity(a *agent, active int, draining bool) {
+	a.mu.Lock()
+	freed := (a.full && active < a.maxJobs) || (a.draining && !draining && !a.drainAsked)
+	if active < a.maxJobs {
+		a.full = false
+	}
+	a.draining = draining || a.drainAsked
+	a.mu.Unlock()
+	if freed {
+		c.f.disp.agentFree(a)
+	}
+}
+
+func (c *conn) jobAck(a *agent, m *proto.JobAck) error {
+	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
+	err := c.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		return store.Effects{}, tx.Jobs().Ack(ctx, l)
+	})
+	if err == nil {
+		a.acked(m.JobID, m.LeaseEpoch, c.f)
+	}
+	return c.answer(err, "job.ack", m.JobID)
+}
+
+func (c *conn) jobReject(a *agent, m *proto.JobReject) error {
+	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
+	why := "the agent refused it (" + m.Reason + ")"
+	if m.Message != "" {
+		why += ": " + m.Message
+	}
+	// The agent's state changes first: the requeued job must not come
+	// straight back to it.
+	a.mu.Lock()
+	if j := a.jobs[m.JobID]; j != nil && j.epoch == m.LeaseEpoch {
+		delete(a.jobs, m.JobID)
+	}
+	switch m.Reason {
+	case proto.RejectBusy:
+		a.full = true
+	case proto.RejectDraining:
+		a.draining = true
+	}
+	a.mu.Unlock()
+	err := c.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		res, err := tx.Queue().Requeue(ctx, l, why)
+		return res.Effects, err
+	})
+	return c.answer(err, "job.reject", m.JobID)
+}
+
+func (c *conn) jobHeartbeat(a *agent, m *proto.JobHeartbeat) {
+	if _, ok := a.holds(m.JobID, m.LeaseEpoch); !ok {
+		c.f.stats.staleRefused.Add(1)
+		c.sendError(proto.ErrStaleLease, fmt.Sprintf("job.heartbeat refused: the agent does not hold job %s under lease epoch %d", m.JobID, m.LeaseEpoch))
+		return
+	}
+	c.f.hb.add(store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}, a)
+}
+
+func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
+	f := c.f
+	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
+	if m.Status == kiln.JobRunning {
+		err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+			return store.Effects{}, tx.Jobs().Start(ctx, l)
+		})
+		if err == nil {
+			a.acked(m.JobID, m.LeaseEpoch, f)
+		}
+		return c.answer(err, "job.status running", m.JobID)
+	}
+	// The job ended: its open step logs are closed and indexed in the
+	// transaction that completes it.
+	chunks := a.endJob(m.JobID, m.LeaseEpoch, f.logs)
+	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		if len(chunks) > 0 {
+			if err := tx.Logs().Append(ctx, chunks...); err != nil {
+				return store.Effects{}, err
+			}
+		}
+		return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs})
+	})
+	if err == nil || refusal(err) {
+		if a.finish(m.JobID, m.LeaseEpoch) {
+			f.disp.agentFree(a)
+		}
+	}
+	return c.answer(err, "job.status "+string(m.Status), m.JobID)
+}
+
+func (c *conn) stepStatus(a *agent, m *proto.StepStatus) error {
+	f := c.f
+	var chunk *store.Chunk
+	if m.Status.Terminal() {
+		chunk = a.endStep(m.JobID, m.LeaseEpoch, m.Index, f.logs)
+	}
+	if m.Index < 0 {
+		// The checkout pseudo-step has a log but no row: the store keeps
+		// the workflow's steps from index 0.
+		if _, ok := a.holds(m.JobID, m.LeaseEpoch); !ok {
+			c.sendError(proto.ErrStaleLease, fmt.Sprintf("step.status refused: the agent does not hold job %s under lease epoch %d", m.JobID, m.LeaseEpoch))
+		}
+		return nil
+	}
+	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
+	u := store.StepUpdate{Index: m.Index, Name: m.Name, Status: m.Status, ExitCode: m.ExitCode, Error: m.Error}
+	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		if chunk != nil {
+			if err := tx.Logs().Append(ctx, *chunk); err != nil {
+				return store.Effects{}, err
+			}
+		}
+		return store.Effects{}, tx.Jobs().UpdateSteps(ctx, l, u)
+	})
+	return c.answer(err, "step.status", m.JobID)
+}
+
+// linesPool holds the conversion buffers of log frames.
+var linesPool = sync.Pool{New: func() any { return new([]logstore.Line) }}
+
+// logLines stores a log frame. The lease is checked against the registry
+// (the hot path never touches the database); the log store drops lines it
+// already has, so a replay stores every line once.
+func (c *conn) logLines(a *agent, m *proto.Log) error {
+	j, ok := a.holds(m.JobID, m.LeaseEpoch)
+	if !ok {
+		c.f.stats.staleRefused.Add(1)
+		c.sendError(proto.ErrStaleLease, fmt.Sprintf("log refused: the agent does not hold job %s under lease epoch %d", m.JobID, m.LeaseEpoch))
+		return nil
+	}
+	p := linesPool.Get().(*[]logstore.Line)
+	lines := (*p)[:0]
+	for _, l := range m.Lines {
+		lines = append(lines, logstore.Line(l))
+	}
+	ref := logstore.Ref{RunID: j.runID, JobID: m.JobID, Epoch: m.LeaseEpoch, Step: m.Step}
+	n, err := c.f.logs.Append(ref, lines)
+	first, last := lines[0].Seq, lines[len(lines)-1].Seq
+	clear(lines)
+	*p = lines[:0]
+	if cap(lines) <= proto.MaxLinesPerFrame {
+		linesPool.Put(p)
+	}
+	if err != nil {
+		return fmt.Errorf("append log: %w", err)
+	}
+	c.f.stats.logLines.Add(uint64(n))
+	a.noteLog(m.JobID, m.LeaseEpoch, m.Step, first, last)
+	return nil
+}
+
+// acked records that the agent accepted a dispatch.
+func (a *agent) acked(jobID string, epoch int64, f *Fleet) {
+	a.mu.Lock()
+	j := a.jobs[jobID]
+	if j == nil || j.epoch != epoch || j.acked {
+		a.mu.Unlock()
+		return
+	}
+	j.acked = true
+	sentAt := j.sentAt
+	a.mu.Unlock()
+	if !sentAt.IsZero() {
+		f.stats.ackLatency.observe(f.now().Sub(sentAt))
+	}
+}
+
+// noteLog remembers which lines of a step this connection wrote, so the
+// step's file is closed and indexed when it ends.
+func (a *agent) noteLog(jobID string, epoch int64, step int, first, last uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	j := a.jobs[jobID]
+	if j == nil || j.epoch != epoch {
+		return
+	}
+	if j.steps == nil {
+		j.steps = map[int]*stepLog{}
+	}
+	s := j.steps[step]
+	if s == nil {
+		j.steps[step] = &stepLog{first: first, last: last}
+		return
+	}
+	s.first, s.last = min(s.first, first), max(s.last, last)
+}
+
+// endStep closes a finished step's log file and returns its chunk for the
+// index: the step's file holds the lines first..last (offset and length 0:
+// the whole file, one per step attempt). The store indexes steps from 0.
+func (a *agent) endStep(jobID string, epoch int64, step int, logs *logstore.Store) *store.Chunk {
+	a.mu.Lock()
+	j := a.jobs[jobID]
+	var s *stepLog
+	var runID string
+	if j != nil && j.epoch == epoch {
+		s, runID = j.steps[step], j.runID
+		delete(j.steps, step)
+	}
+	a.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	logs.CloseStep(logstore.Ref{RunID: runID, JobID: jobID, Epoch: epoch, Step: step})
+	if step < 0 {
+		return nil
+	}
+	return &store.Chunk{JobID: jobID, Step: step, FirstSeq: int64(s.first), LastSeq: int64(s.last)}
+}
+
+// endJob closes the step files of a job that ended and returns their
+// chunks.
+func (a *agent) endJob(jobID string, epoch int64, logs *logstore.Store) []store.Chunk {
+	a.mu.Lock()
+	j := a.jobs[jobID]
+	var steps []int
+	if j != nil && j.epoch == epoch {
+		for s := range j.steps {
+			steps = append(steps, s)
+		}
+	}
+	a.mu.Unlock()
+	var out []store.Chunk
+	for _, s := range steps {
+		if ch := a.endStep(jobID, epoch, s, logs); ch != nil {
+			out = append(out, *ch)
+		}
+	}
+	return out
+}
+
+// finish frees the slot of a job that ended; it reports whether the agent
+// held it.
+func (a *agent) finish(jobID string, epoch int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	j := a.jobs[jobID]
+	if j == nil || j.epoch != epoch {
+		return false
+	}
+	delete(a.jobs, jobID)
+	a.full = false
+	return true
+}

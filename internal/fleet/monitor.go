@@ -1,0 +1,260 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// monitor is the fleet's one periodic goroutine: every SweepInterval it
+// checks agent heartbeats and token expiry, writes the buffered job
+// heartbeats, and runs the store's sweeps; every RedriveInterval it offers
+// the queue to idle agents again.
+func (f *Fleet) monitor(ctx context.Context) {
+	tick := time.NewTicker(f.cfg.SweepInterval)
+	defer tick.Stop()
+	lastRedrive := f.now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := f.now()
+		f.checkAgents(now)
+		f.flushHeartbeats(ctx)
+		f.sweep(ctx)
+		f.retryLosses()
+		if now.Sub(lastRedrive) >= f.cfg.RedriveInterval {
+			lastRedrive = now
+			f.disp.redrive()
+			f.disp.pruneWokeAt(now, 10*time.Minute)
+		}
+		if h := f.hooks.swept.Load(); h != nil {
+			(*h)()
+		}
+	}
+}
+
+// checkAgents is the heartbeat monitor (seed checklist item 69): an agent
+// silent longer than UnhealthyAfter is logged and gets no new jobs; one
+// silent longer than DropAfter is disconnected — its jobs handed to
+// recovery first, then unregistered, then its socket closed with 4004. It
+// also closes the connections whose token expired.
+func (f *Fleet) checkAgents(now time.Time) {
+	for _, a := range f.reg.list() {
+		silent := now.Sub(time.Unix(0, a.c.lastSeen.Load()))
+		switch {
+		case silent > f.cfg.DropAfter:
+			f.disconnect(a.c, closeCause{kind: "heartbeat_timeout", code: proto.CloseHeartbeat,
+				reason: fmt.Sprintf("heartbeat timeout: nothing received for %s", silent.Round(time.Second))})
+			continue
+		case silent > f.cfg.UnhealthyAfter:
+			a.mu.Lock()
+			was := a.unhealthy
+			a.unhealthy = true
+			a.mu.Unlock()
+			if !was {
+				f.log.Warn("agent unhealthy: no heartbeat", "agent_id", a.id, "silent", silent.Round(time.Second))
+				f.disp.refreshReasons()
+			}
+		default:
+			a.mu.Lock()
+			was := a.unhealthy
+			a.unhealthy = false
+			a.mu.Unlock()
+			if was {
+				f.log.Info("agent healthy again", "agent_id", a.id)
+				f.disp.agentFree(a)
+			}
+		}
+	}
+	for _, c := range f.reg.expired(now) {
+		f.disconnect(c, closeCause{kind: "token_expired", code: proto.CloseAuthFailed, reason: "the agent token expired"})
+	}
+}
+
+// sweep runs the store's sweeps until each has caught up.
+func (f *Fleet) sweep(ctx context.Context) {
+	for {
+		res, err := f.db.Queue().SweepAckTimeouts(ctx)
+		if err != nil {
+			f.log.Error("fleet: the ack sweep failed", "err", err)
+			break
+		}
+		f.eng.Apply(res.Effects)
+		f.ackTimedOut(res.Jobs)
+		if len(res.Jobs) < 1000 {
+			break
+		}
+	}
+	for {
+		res, err := f.db.Queue().SweepRecovery(ctx)
+		if err != nil {
+			f.log.Error("fleet: the recovery sweep failed", "err", err)
+			break
+		}
+		f.eng.Apply(res.Effects)
+		if len(res.Jobs) < 1000 {
+			break
+		}
+	}
+	for {
+		res, err := f.db.Queue().SweepStale(ctx)
+		if err != nil {
+			f.log.Error("fleet: the stale sweep failed", "err", err)
+			break
+		}
+		f.eng.Apply(res.Effects)
+		for _, j := range res.Jobs {
+			f.abandon(j.AgentID, j.JobID, j.Epoch, "no job heartbeat from the agent for too long; the job timed out")
+		}
+		if len(res.Jobs) < 1000 {
+			break
+		}
+	}
+}
+
+// ackTimedOut disconnects the agents that did not acknowledge a dispatch in
+// time (close 4031): an agent that does not answer is not trusted with more
+// work, and its other jobs take the disconnect path.
+func (f *Fleet) ackTimedOut(jobs []store.SweptJob) {
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		a := f.reg.get(j.AgentID)
+		if a == nil {
+			continue
+		}
+		a.finish(j.JobID, j.Epoch)
+		if seen[a.id] {
+			continue
+		}
+		seen[a.id] = true
+		f.disconnect(a.c, closeCause{kind: "ack_timeout", code: proto.CloseDispatchAckLate,
+			reason: fmt.Sprintf("job %s was not acknowledged in time", j.JobID)})
+	}
+}
+
+// abandon tells an agent to stop a job it no longer holds (force) and
+// frees the slot.
+func (f *Fleet) abandon(agentID, jobID string, epoch int64, reason string) {
+	a := f.reg.get(agentID)
+	if a == nil {
+		return
+	}
+	if a.finish(jobID, epoch) {
+		f.disp.agentFree(a)
+	}
+	_ = a.c.send(&proto.Cancel{JobID: jobID, LeaseEpoch: epoch, Force: true, Reason: reason})
+}
+
+// heartbeats buffers job heartbeats between sweeps, so that a fleet of
+// running jobs costs one write per sweep, not one per heartbeat.
+type heartbeats struct {
+	mu sync.Mutex
+	m  map[store.Lease]*agent
+}
+
+func (h *heartbeats) add(l store.Lease, a *agent) {
+	h.mu.Lock()
+	if h.m == nil {
+		h.m = map[store.Lease]*agent{}
+	}
+	h.m[l] = a
+	h.mu.Unlock()
+}
+
+func (h *heartbeats) take() map[store.Lease]*agent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.m
+	h.m = nil
+	return m
+}
+
+// forget drops an agent's buffered heartbeats and says how many.
+func (h *heartbeats) forget(a *agent) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for l, owner := range h.m {
+		if owner == a {
+			delete(h.m, l)
+			n++
+		}
+	}
+	return n
+}
+
+func (f *Fleet) flushHeartbeats(ctx context.Context) {
+	m := f.hb.take()
+	if len(m) == 0 {
+		return
+	}
+	leases := make([]store.Lease, 0, len(m))
+	for l := range m {
+		leases = append(leases, l)
+	}
+	var stale []store.Lease
+	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		var err error
+		stale, err = tx.Jobs().Heartbeat(ctx, leases...)
+		return store.Effects{}, err
+	})
+	if err != nil {
+		f.log.Error("fleet: writing job heartbeats failed", "err", err)
+		return
+	}
+	for _, l := range stale {
+		if a := m[l]; a != nil {
+			f.abandon(a.id, l.JobID, l.Epoch, "the agent no longer holds this job")
+		}
+	}
+}
+
+// retryLoss remembers an agent whose loss could not be recorded.
+func (f *Fleet) retryLoss(agentID string, cause closeCause) {
+	f.lossMu.Lock()
+	defer f.lossMu.Unlock()
+	if f.losses == nil {
+		f.losses = map[string]closeCause{}
+	}
+	f.losses[agentID] = cause
+}
+
+// retryLosses records the losses that failed, unless the agent registered
+// again (its registration handles its jobs).
+func (f *Fleet) retryLosses() {
+	f.lossMu.Lock()
+	losses := f.losses
+	f.losses = nil
+	f.lossMu.Unlock()
+	for id, cause := range losses {
+		if f.reg.get(id) == nil {
+			f.loseJobs(id, cause)
+		}
+	}
+}
+
+// recoverOrphans runs once at start on a sole coordinator: agents the
+// database lists as connected were connected to the previous process. Their
+// jobs enter the recovery window; agents that reconnect keep what they
+// list, and the recovery sweep settles the rest.
+func (f *Fleet) recoverOrphans(ctx context.Context) error {
+	recs, err := f.db.Auth().ListAgents(ctx)
+	if err != nil {
+		return fmt.Errorf("list agents: %w", err)
+	}
+	for _, r := range recs {
+		if !r.Connected {
+			continue
+		}
+		cause := closeCause{kind: "restart", keepUnstarted: true}
+		f.loseJobs(r.ID, cause)
+	}
+	return nil
+}

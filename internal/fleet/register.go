@@ -1,0 +1,197 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// handshake runs auth and register, each within its deadline.
+func (c *conn) handshake() (closeCause, bool) {
+	f := c.f
+	m, cause, ok := c.first(f.cfg.AuthTimeout, "auth")
+	if !ok {
+		return cause, false
+	}
+	auth, isAuth := m.(*proto.Auth)
+	if !isAuth {
+		c.sendError(proto.ErrUnauthorized, fmt.Sprintf("the first frame must be auth, not %s", m.Type()))
+		return closeCause{kind: "unauthorized", code: proto.CloseUnauthorized, reason: "no auth frame"}, false
+	}
+	if cause, ok := c.authenticate(auth); !ok {
+		return cause, false
+	}
+	m, cause, ok = c.first(f.cfg.RegisterTimeout, "register")
+	if !ok {
+		return cause, false
+	}
+	reg, isReg := m.(*proto.Register)
+	if !isReg {
+		c.sendError(proto.ErrNotRegistered, fmt.Sprintf("register must follow auth.ok, not %s", m.Type()))
+		return closeCause{kind: "invalid_message", code: proto.CloseInvalidMessage, reason: "no register frame"}, false
+	}
+	return c.register(reg)
+}
+
+// first reads the frame that must arrive within d: auth after the upgrade,
+// register after auth.ok. The deadline is a timer, not the read's context,
+// so that it closes the connection with 4002 rather than cutting it.
+func (c *conn) first(d time.Duration, what string) (proto.Message, closeCause, bool) {
+	timer := time.AfterFunc(d, func() {
+		c.f.disconnect(c, closeCause{kind: what + "_timeout", code: proto.CloseAuthTimeout,
+			reason: fmt.Sprintf("no %s frame within %s", what, d)})
+	})
+	_, m, cause, ok := c.decode()
+	stopped := timer.Stop()
+	if !ok {
+		return nil, cause, false
+	}
+	if !stopped {
+		return nil, causeClosed(), false
+	}
+	return m, closeCause{}, true
+}
+
+func (c *conn) authenticate(m *proto.Auth) (closeCause, bool) {
+	f := c.f
+	if m.ProtocolVersion < proto.MinVersion || m.ProtocolVersion > proto.Version {
+		c.sendError(proto.ErrProtocol, fmt.Sprintf("protocol version %d is not supported; this orchestrator speaks versions %d to %d",
+			m.ProtocolVersion, proto.MinVersion, proto.Version))
+		return closeCause{kind: "protocol", code: proto.CloseProtocol, reason: "unsupported protocol version"}, false
+	}
+	tk, err := f.db.Auth().VerifyAgentToken(context.Background(), m.Token)
+	if errors.Is(err, store.ErrUnauthorized) {
+		c.sendError(proto.ErrUnauthorized, "the agent token is unknown, revoked or expired")
+		return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "invalid or expired token"}, false
+	}
+	if err != nil {
+		f.log.Error("fleet: checking an agent token failed", "err", err)
+		c.sendError(proto.ErrInternal, "the orchestrator could not check the token; the agent will retry")
+		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
+	}
+	f.reg.authenticated(c, tk)
+	if c.closing.Load() {
+		return causeClosed(), false
+	}
+	if err := c.send(&proto.AuthOK{ConnectionID: c.id}); err != nil {
+		return causeRead(err), false
+	}
+	return closeCause{}, true
+}
+
+// register applies the registration gates, records the agent, reconciles
+// the jobs it says it still holds, and answers register.ack.
+func (c *conn) register(m *proto.Register) (closeCause, bool) {
+	f := c.f
+	tk := c.token
+	osLabel, archLabel := strings.ToLower(strings.TrimSpace(m.OS)), strings.ToLower(strings.TrimSpace(m.Arch))
+	if tk.Labels != nil {
+		var out []string
+		for _, l := range kiln.NewLabels(m.Labels...) {
+			if !tk.Labels.Has(l) && l != osLabel && l != archLabel {
+				out = append(out, l)
+			}
+		}
+		if len(out) > 0 {
+			c.sendError(proto.ErrUnauthorized, fmt.Sprintf("the agent token does not allow the labels %s (it allows %s)",
+				strings.Join(out, ", "), strings.Join(tk.Labels, ", ")))
+			return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "labels outside the token's scope"}, false
+		}
+	}
+	labels := effectiveLabels(m.Labels, osLabel, archLabel, tk.Mandatory)
+
+	// Seed checklist items 63 and 64: an id held or being registered by a
+	// connection with another token is refused and left untouched; the
+	// same token replaces its older connection.
+	s, ok := f.reg.claimID(m.AgentID, c)
+	if !ok {
+		c.sendError(proto.ErrAgentIDInUse, fmt.Sprintf("agent id %s is in use by a connection authenticated with another token", m.AgentID))
+		return closeCause{kind: "agent_id_in_use", code: proto.CloseInvalidMessage, reason: "agent id in use"}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := f.hooks.registering.Load(); h != nil {
+		(*h)(m.AgentID)
+	}
+	if c.closing.Load() {
+		return causeClosed(), false
+	}
+	if old := f.reg.get(m.AgentID); old != nil && old.c != c {
+		f.supersede(old.c)
+	}
+
+	now := f.now()
+	a := &agent{id: m.AgentID, c: c, labels: labels, maxJobs: m.MaxJobs, hostname: m.Hostname,
+		version: m.Version, connectedAt: now, draining: m.Draining, jobs: map[string]*heldJob{}}
+	leases := make([]store.Lease, len(m.InFlight))
+	runs := make(map[string]string, len(m.InFlight))
+	for i, j := range m.InFlight {
+		leases[i] = store.Lease{JobID: j.JobID, Epoch: j.LeaseEpoch}
+		runs[j.JobID] = j.RunID
+	}
+	var rec store.ReconnectResult
+	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		rec = store.ReconnectResult{}
+		if _, err := tx.Auth().ClaimAgentToken(ctx, tk.ID, m.AgentID); err != nil {
+			return store.Effects{}, err
+		}
+		if err := tx.Auth().UpsertAgent(ctx, store.AgentRecord{ID: m.AgentID, Labels: labels, TokenID: tk.ID,
+			Hostname: m.Hostname, Version: m.Version}); err != nil {
+			return store.Effects{}, err
+		}
+		// Whatever the agent still held under this id enters recovery,
+		// and Reconnect gives back what it lists: one rule for a blip, a
+		// superseded connection, and an orchestrator restart.
+		lost, err := tx.Queue().AgentLost(ctx, m.AgentID)
+		if err != nil {
+			return store.Effects{}, err
+		}
+		r, err := tx.Queue().Reconnect(ctx, m.AgentID, leases)
+		if err != nil {
+			return store.Effects{}, err
+		}
+		rec = r
+		eff := lost.Effects
+		mergeEffects(&eff, r.Effects)
+		return eff, nil
+	})
+	switch {
+	case errors.Is(err, store.ErrUnauthorized):
+		c.sendError(proto.ErrUnauthorized, "the agent token is revoked, expired, or a single-use token another agent already used")
+		return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "invalid or expired token"}, false
+	case err != nil:
+		f.log.Error("fleet: recording a registration failed", "agent_id", m.AgentID, "err", err)
+		c.sendError(proto.ErrInternal, "the orchestrator could not record the registration; the agent will retry")
+		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
+	}
+
+	ack := &proto.RegisterAck{AgentID: m.AgentID, Labels: labels.Labels, Mandatory: labels.Mandatory, MaxJobs: m.MaxJobs,
+		HeartbeatIntervalMS:    f.cfg.HeartbeatInterval.Milliseconds(),
+		JobHeartbeatIntervalMS: f.cfg.JobHeartbeatInterval.Milliseconds()}
+	for _, l := range rec.Kept {
+		a.jobs[l.JobID] = &heldJob{runID: runs[l.JobID], epoch: l.Epoch, sent: true, acked: true}
+		ack.Recovered = append(ack.Recovered, l.JobID)
+	}
+	for _, l := range rec.Refused {
+		ack.Dropped = append(ack.Dropped, l.JobID)
+	}
+	c.agent.Store(a)
+	f.reg.register(a)
+	if err := c.send(ack); err != nil {
+		return causeRead(err), false
+	}
+	// Only now may frames follow: the agent reads register.ack first.
+	a.live.Store(true)
+	f.reg.changed()
+	f.disp.agentFree(a)
+	f.disp.refreshReasons()
+	f.log.Info("agent registered", "agent_id", a.id, "labels", labels.Labels.Key(), "mandatory", labels.Mandatory.Key(),
+		"max_jobs", a.maxJobs, "recovered", len(rec.Kept), "dropped", len(rec.Refused), "resolved", len(rec.Resolved))
+	return closeCause{}, true
+}

@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/kilnci/kiln"
+)
+
+// AgentRecord is an agent as the agents table lists it. The live registry is
+// in memory (fleet); this table is what an operator lists and what survives
+// a restart.
+type AgentRecord struct {
+	ID           string
+	Labels       kiln.AgentLabels
+	TokenID      string
+	Hostname     string
+	Version      string
+	Connected    bool
+	RegisteredAt time.Time
+	LastSeenAt   time.Time
+}
+
+// UpsertAgent records an agent's registration: labels, token, host and
+// version, connected, seen now.
+func (a Auth) UpsertAgent(ctx context.Context, r AgentRecord) error {
+	if r.ID == "" {
+		return invalid("an agent needs an id")
+	}
+	return a.h.write(ctx, func(t *txn) error {
+		now := ms(t.now)
+		_, err := t.exec(ctx, `INSERT INTO agents (id, labels, mandatory, token_id, hostname, version, connected, registered_at, last_seen_at)
+			VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET labels = excluded.labels, mandatory = excluded.mandatory, token_id = excluded.token_id,
+				hostname = excluded.hostname, version = excluded.version, connected = 1,
+				registered_at = excluded.registered_at, last_seen_at = excluded.last_seen_at`,
+			r.ID, r.Labels.Labels.Key(), r.Labels.Mandatory.Key(), r.TokenID, r.Hostname, r.Version, now, now)
+		return err
+	})
+}
+
+// SetAgentConnected records a connect or disconnect (and that the agent was
+// seen now).
+func (a Auth) SetAgentConnected(ctx context.Context, id string, connected bool) error {
+	return a.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, "UPDATE agents SET connected = ?, last_seen_at = ? WHERE id = ?", boolInt(connected), ms(t.now), id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return notFound("agent %s is not registered", id)
+		}
+		return nil
+	})
+}
+
+// ListAgents lists registered agents by id.
+func (a Auth) ListAgents(ctx context.Context) ([]AgentRecord, error) {
+	rows, err := a.h.reader().query(ctx, `SELECT id, labels, mandatory, token_id, hostname, version, connected, registered_at, last_seen_at
+		FROM agents ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []AgentRecord
+	for rows.Next() {
+		var r AgentRecord
+		var labels, mandatory string
+		var registered, seen sql.NullInt64
+		if err := rows.Scan(&r.ID, &labels, &mandatory, &r.TokenID, &r.Hostname, &r.Version, &r.Connected, &registered, &seen); err != nil {
+			return nil, err
+		}
+		r.Labels = kiln.AgentLabels{Labels: kiln.ParseLabelsKey(labels), Mandatory: kiln.ParseLabelsKey(mandatory)}
+		r.RegisteredAt, r.LastSeenAt = fromMS(registered), fromMS(seen)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

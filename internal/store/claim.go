@@ -1,0 +1,363 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kilnci/kiln"
+)
+
+// Claiming without scanning work nobody can take: every queued job carries
+// queue_key = kiln.Requirement.Key(), and the partial index jobs_queued is
+// (queue_key, id) over queued rows only. A claim first reads the distinct
+// queued keys with a skip scan of that index (one probe per distinct key, so
+// its cost does not grow with the number of queued jobs), keeps in Go the
+// keys the agent accepts (labels, exclusions, mandatory labels), and claims
+// the oldest jobs of those keys with one index range scan per key. A backlog
+// of jobs with keys the agent does not accept is never read.
+
+// Claimed is a job an agent claimed.
+type Claimed struct {
+	JobID       string
+	RunID       string
+	Name        string
+	Epoch       int64 // the lease epoch every report about the job must carry
+	Attempt     int   // 1 for the first dispatch
+	Spec        json.RawMessage
+	Requirement kiln.Requirement
+	AckDeadline time.Time
+	// RunStarted: this claim moved the job's run from pending to running.
+	RunStarted bool
+}
+
+// distinctKeysSQL reads the distinct queued keys by skip-scanning the
+// partial index jobs_queued.
+const distinctKeysSQL = `WITH RECURSIVE k(key) AS (
+	SELECT (SELECT queue_key FROM jobs WHERE status = 'queued' ORDER BY queue_key LIMIT 1)
+	UNION ALL
+	SELECT (SELECT queue_key FROM jobs WHERE status = 'queued' AND queue_key > k.key ORDER BY queue_key LIMIT 1)
+	FROM k WHERE k.key IS NOT NULL
+) SELECT key FROM k WHERE key IS NOT NULL`
+
+// Keys returns the distinct routing keys of the queued jobs.
+func (q Queue) Keys(ctx context.Context) ([]string, error) {
+	return queryStrings(ctx, q.h.reader(), distinctKeysSQL)
+}
+
+// HasMatch reports whether any queued job is one the agent would accept.
+func (q Queue) HasMatch(ctx context.Context, agent kiln.AgentLabels) (bool, error) {
+	keys, err := q.Keys(ctx)
+	if err != nil {
+		return false, err
+	}
+	return len(acceptedKeys(keys, agent)) > 0, nil
+}
+
+// requirements caches parsed keys; the set of keys ever seen is small.
+var requirements sync.Map
+
+func parsedKey(key string) kiln.Requirement {
+	if v, ok := requirements.Load(key); ok {
+		return v.(kiln.Requirement)
+	}
+	r := kiln.ParseRequirementKey(key)
+	requirements.Store(key, r)
+	return r
+}
+
+func acceptedKeys(keys []string, agent kiln.AgentLabels) []string {
+	var out []string
+	for _, k := range keys {
+		if agent.Accepts(parsedKey(k)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Claim claims up to slots of the oldest queued jobs the agent accepts, for
+// that agent, in one statement: each becomes dispatched under a new lease
+// epoch with an ack deadline, its attempt counted, its
+// last_provisioning_error and pending reason cleared. Two claimers never get
+// the same job (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: the single
+// writer). A run moves from pending to running with its first claim.
+func (q Queue) Claim(ctx context.Context, agentID string, agent kiln.AgentLabels, slots int) ([]Claimed, error) {
+	if slots <= 0 {
+		return nil, nil
+	}
+	if agentID == "" {
+		return nil, invalid("a claim needs an agent id")
+	}
+	db := q.h.db
+	if q.h.tx == nil && db.dialect.name() == "postgres" {
+		// Autocommit statements: no BEGIN/COMMIT round trips.
+		now := db.now()
+		return db.claim(ctx, pool{db.core}, agent, slots, func(keys []string, n int) ([]Claimed, error) {
+			return claimPostgres(ctx, pool{db.core}, now, db.cfg.AckTimeout, keys, agentID, n)
+		})
+	}
+	var out []Claimed
+	err := q.h.write(ctx, func(t *txn) error {
+		var err error
+		out, err = db.claim(ctx, t, agent, slots, func(keys []string, n int) ([]Claimed, error) {
+			if db.dialect.name() == "postgres" {
+				return claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, keys, agentID, n)
+			}
+			return claimSQLite(ctx, t, keys, agentID, n)
+		})
+		return err
+	})
+	return out, err
+}
+
+// claim picks the keys to claim from: the cached queued keys the agent
+// accepts, and — when those do not fill the slots and the cache was not
+// fresh — the keys a fresh read adds. A stale cache therefore never leaves
+// an agent idle while work it accepts is queued; at worst, for the cache's
+// lifetime, a newer key's jobs wait behind those of keys already known.
+func (c *core) claim(ctx context.Context, q querier, agent kiln.AgentLabels, slots int, claimKeys func([]string, int) ([]Claimed, error)) ([]Claimed, error) {
+	keys, fresh, err := c.keys.get(ctx, q, false)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	tried := acceptedKeys(keys, agent)
+	var out []Claimed
+	if len(tried) > 0 {
+		if out, err = claimKeys(tried, slots); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == slots || fresh {
+		return out, nil
+	}
+	if keys, _, err = c.keys.get(ctx, q, true); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	var extra []string
+	for _, k := range acceptedKeys(keys, agent) {
+		if !slices.Contains(tried, k) {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) == 0 {
+		return out, nil
+	}
+	more, err := claimKeys(extra, slots-len(out))
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, more...)
+	sortClaimed(out)
+	return out, nil
+}
+
+// keyCacheTTL is how long a claim trusts the cached set of queued keys.
+const keyCacheTTL = 100 * time.Millisecond
+
+// keyCache holds the distinct queued keys, read with the skip scan.
+type keyCache struct {
+	mu   sync.Mutex
+	keys []string // never modified once stored
+	at   time.Time
+}
+
+// get returns the cached keys, or reads them when fresh is asked or the
+// cache is older than keyCacheTTL; read reports whether it read them.
+func (k *keyCache) get(ctx context.Context, q querier, fresh bool) (keys []string, read bool, err error) {
+	k.mu.Lock()
+	if !fresh && !k.at.IsZero() && time.Since(k.at) < keyCacheTTL {
+		keys = k.keys
+		k.mu.Unlock()
+		return keys, false, nil
+	}
+	k.mu.Unlock()
+	if keys, err = queryStrings(ctx, q, distinctKeysSQL); err != nil {
+		return nil, false, err
+	}
+	k.mu.Lock()
+	k.keys, k.at = keys, time.Now()
+	k.mu.Unlock()
+	return keys, true, nil
+}
+
+// pool runs statements on the write pool outside a transaction.
+type pool struct{ c *core }
+
+func (p pool) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return p.c.write.QueryContext(ctx, p.c.bind(q), args...)
+}
+
+func (p pool) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	return p.c.write.QueryRowContext(ctx, p.c.bind(q), args...)
+}
+
+// claimSet is the SET list of a claim; its status comes from mClaim.
+func claimSet(alias string) string {
+	p := alias
+	return fmt.Sprintf(`status = '%s', agent_id = ?, lease_epoch = %[2]slease_epoch + 1, attempts = %[2]sattempts + 1,
+		dispatched_at = ?, ack_deadline = ?, last_heartbeat_at = ?, last_provisioning_error = NULL,
+		pending_reason = NULL, pending_since = NULL, updated_at = ?`, mClaim.to, p)
+}
+
+// claimBranch selects the oldest claimable jobs of one key.
+const claimBranch = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key = ? AND stop = 0
+	AND (expires_at IS NULL OR expires_at > ?) ORDER BY id LIMIT ?`
+
+func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slots int) ([]Claimed, error) {
+	now, ack := ms(t.now), ms(t.now.Add(t.db.cfg.AckTimeout))
+	args := []any{agentID, now, ack, now, now}
+	branches := make([]string, len(keys))
+	for i, k := range keys {
+		branches[i] = "SELECT id FROM (" + claimBranch + ")"
+		args = append(args, k, now, slots)
+	}
+	args = append(args, slots)
+	q := "UPDATE jobs SET " + claimSet("") + " WHERE status = 'queued' AND id IN (" +
+		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key"
+	out, err := scanClaimed(t.query(ctx, q, args...))
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	runs := map[string]bool{}
+	var runIDs []any
+	for i := range out {
+		out[i].AckDeadline = time.UnixMilli(ack).UTC()
+		if !runs[out[i].RunID] {
+			runs[out[i].RunID] = true
+			runIDs = append(runIDs, out[i].RunID)
+		}
+	}
+	// The runs this claim starts (usually none: one statement, no rows).
+	rows, err := t.query(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
+		WHERE id IN (`+marks(len(runIDs))+`) AND status = 'pending' RETURNING id, number`, append([]any{now, now}, runIDs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: start runs: %w", err)
+	}
+	defer rows.Close()
+	started := map[string]bool{}
+	for rows.Next() {
+		var rc RunChange
+		if err := rows.Scan(&rc.ID, &rc.Number); err != nil {
+			return nil, err
+		}
+		rc.Status = kiln.RunRunning
+		started[rc.ID] = true
+		if t.eff != nil {
+			t.eff.Runs = append(t.eff.Runs, rc)
+		}
+	}
+	for i := range out {
+		if started[out[i].RunID] {
+			out[i].RunStarted = true
+			started[out[i].RunID] = false
+		}
+	}
+	return out, rows.Err()
+}
+
+// claimPostgres claims in one statement: a SKIP LOCKED range scan per
+// accepted key, the oldest of them, and the update. The runs a claim starts
+// move to running in a second statement, only when the claim saw one still
+// pending: the claim must not wait for a run's row lock while it holds job
+// row locks. (FOR UPDATE also locks a row it then skips because a committed
+// update made it no longer queued; a completion holding that job's run lock
+// and waiting for that row would otherwise deadlock with it.)
+func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, keys []string, agentID string, slots int) ([]Claimed, error) {
+	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
+	var b strings.Builder
+	var args []any
+	b.WriteString("WITH ")
+	picks := make([]string, len(keys))
+	for i, k := range keys {
+		fmt.Fprintf(&b, "c%d AS (%s FOR UPDATE SKIP LOCKED), ", i, claimBranch)
+		args = append(args, k, now, slots)
+		picks[i] = fmt.Sprintf("SELECT id FROM c%d", i)
+	}
+	fmt.Fprintf(&b, "pick AS (SELECT id FROM (%s) u ORDER BY id LIMIT ?), ", strings.Join(picks, " UNION ALL "))
+	args = append(args, slots)
+	b.WriteString("claimed AS (UPDATE jobs j SET " + claimSet("j.") + ` FROM pick WHERE j.id = pick.id AND j.status = 'queued'
+		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key)
+		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, r.status = 'pending'
+		FROM claimed c JOIN runs r ON r.id = c.run_id`)
+	args = append(args, agentID, now, ack, now, now)
+	rows, err := q.query(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	var out []Claimed
+	var pending []any
+	seen := map[string]bool{}
+	for rows.Next() {
+		var c Claimed
+		var spec, key string
+		var runPending bool
+		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &runPending); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		c.Spec, c.Requirement = json.RawMessage(spec), parsedKey(key)
+		c.AckDeadline = time.UnixMilli(ack).UTC()
+		if runPending && !seen[c.RunID] {
+			seen[c.RunID] = true
+			pending = append(pending, c.RunID)
+		}
+		out = append(out, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	sortClaimed(out)
+	if len(pending) == 0 {
+		return out, nil
+	}
+	started, err := queryStrings(ctx, q, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
+		WHERE id IN (`+marks(len(pending))+`) AND status = 'pending' RETURNING id`, append([]any{now, now}, pending...)...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: start runs: %w", err)
+	}
+	for _, id := range started {
+		for i := range out {
+			if out[i].RunID == id {
+				out[i].RunStarted = true
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func scanClaimed(rows *sql.Rows, err error) ([]Claimed, error) {
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		var c Claimed
+		var spec, key string
+		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key); err != nil {
+			return nil, err
+		}
+		c.Spec, c.Requirement = json.RawMessage(spec), parsedKey(key)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	sortClaimed(out)
+	return out, nil
+}
+
+// sortClaimed orders claims oldest first (ids are UUIDv7, time-ordered);
+// RETURNING does not promise an order.
+func sortClaimed(cs []Claimed) {
+	sort.Slice(cs, func(i, j int) bool { return cs[i].JobID < cs[j].JobID })
+}

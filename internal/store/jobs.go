@@ -1,0 +1,276 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/kilnci/kiln"
+)
+
+// Jobs takes what an agent reports about the jobs it holds. Every report
+// carries the lease (job id and lease epoch) the agent was given at claim; a
+// report under any other epoch, or for a job no longer held, is refused with
+// ErrStaleLease and changes nothing.
+type Jobs struct{ h handle }
+
+// Lease names one claim of a job: the job and the epoch the claim set.
+type Lease struct {
+	JobID string
+	Epoch int64
+}
+
+// held are the statuses in which an agent holds a job's lease.
+var held = []kiln.JobStatus{sDispatched, sRunning, sCancelling}
+
+// Get returns a job with its needs and steps.
+func (j Jobs) Get(ctx context.Context, id string) (Job, error) {
+	jobs, err := loadJobs(ctx, j.h.reader(), "id = ?", id)
+	if err != nil {
+		return Job{}, err
+	}
+	if len(jobs) == 0 {
+		return Job{}, notFound("job %s does not exist", id)
+	}
+	return jobs[0], nil
+}
+
+// Ack records that the agent accepted a dispatched job: its ack deadline is
+// cleared, so the ack sweep leaves it alone.
+func (j Jobs) Ack(ctx context.Context, l Lease) error {
+	return j.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, "UPDATE jobs SET ack_deadline = NULL, updated_at = ? WHERE id = ? AND lease_epoch = ? AND status = 'dispatched'",
+			ms(t.now), l.JobID, l.Epoch)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return t.refusal(ctx, l, "ack")
+		}
+		return nil
+	})
+}
+
+// Start moves a dispatched job to running (the agent began it). Repeating it
+// under the same lease is a no-op.
+func (j Jobs) Start(ctx context.Context, l Lease) error {
+	return j.h.write(ctx, func(t *txn) error {
+		moved, err := t.move(ctx, mStart, change{ids: []string{l.JobID},
+			set:   "ack_deadline = NULL, started_at = ?, last_heartbeat_at = ?",
+			args:  []any{ms(t.now), ms(t.now)},
+			where: "AND lease_epoch = ?", wargs: []any{l.Epoch}})
+		if err != nil {
+			return err
+		}
+		if len(moved) > 0 {
+			// A PostgreSQL claim starts its run in a second statement; if
+			// the coordinator died between the two, the run is still
+			// pending: fix it here (a no-op, without a lock, otherwise).
+			_, err := t.exec(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
+				WHERE id = ? AND status = 'pending'`, ms(t.now), ms(t.now), moved[0].RunID)
+			return err
+		}
+		var status kiln.JobStatus
+		var epoch int64
+		if err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch); err == nil &&
+			epoch == l.Epoch && (status == sRunning || status == sCancelling) {
+			return nil // a repeated start
+		}
+		return t.refusal(ctx, l, "start")
+	})
+}
+
+// Heartbeat records that the agents are still working on the jobs. It
+// returns the leases it refused (stale epoch, job no longer held), whose
+// agents should abandon those jobs. Callers may debounce.
+func (j Jobs) Heartbeat(ctx context.Context, leases ...Lease) (stale []Lease, err error) {
+	err = j.h.write(ctx, func(t *txn) error {
+		stale = nil
+		for _, l := range leases {
+			res, err := t.exec(ctx, "UPDATE jobs SET last_heartbeat_at = ? WHERE id = ? AND lease_epoch = ? AND status IN ("+statusList(held)+")",
+				ms(t.now), l.JobID, l.Epoch)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				stale = append(stale, l)
+			}
+		}
+		return nil
+	})
+	return stale, err
+}
+
+// Completion is an agent's report that a job ended.
+type Completion struct {
+	Lease
+	Status  kiln.JobStatus // success, failed or cancelled
+	Error   string
+	Outputs map[string]string
+}
+
+// Complete ends a job under its lease and, in the same transaction, applies
+// what follows (dependents released or skipped, fail_fast, waves, roll-up).
+func (j Jobs) Complete(ctx context.Context, c Completion) (Effects, error) {
+	errs, eff, err := j.CompleteBatch(ctx, []Completion{c})
+	if err != nil {
+		return eff, err
+	}
+	return eff, errs[0]
+}
+
+// CompleteBatch ends many jobs in one transaction (one commit, one fsync).
+// errs[i] is nil, or why completion i was refused (ErrStaleLease,
+// ErrConflict, ErrNotFound, ErrInvalid); refused items change nothing and do
+// not stop the others. err is a database failure, after which nothing was
+// committed.
+func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error, eff Effects, err error) {
+	// Completions alike (same status, error and outputs — typically plain
+	// successes) move in one statement; each keeps its own lease check.
+	type group struct {
+		status  kiln.JobStatus
+		err     string
+		outputs string
+	}
+	moves := map[kiln.JobStatus]move{kiln.JobSuccess: mSucceed, kiln.JobFailed: mFail, kiln.JobCancelled: mCancelReported}
+	groups := map[group][]int{}
+	var order []group
+	errs = make([]error, len(cs))
+	for i, c := range cs {
+		g := group{status: c.Status}
+		if _, ok := moves[c.Status]; !ok {
+			errs[i] = invalid("job %s: a completion's status is success, failed or cancelled, not %q", c.JobID, c.Status)
+			continue
+		}
+		if len(c.Outputs) > 0 {
+			b, err := json.Marshal(c.Outputs)
+			if err != nil {
+				return nil, Effects{}, fmt.Errorf("outputs: %w", err)
+			}
+			g.outputs = string(b)
+		}
+		g.err = c.Error
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	eff, err = j.h.op(ctx, func(t *txn) error {
+		ids := make([]string, 0, len(cs))
+		for _, c := range cs {
+			ids = append(ids, c.JobID)
+		}
+		if err := t.lockRunsOfJobs(ctx, ids); err != nil {
+			return err
+		}
+		for _, g := range order {
+			items := groups[g]
+			for start := 0; start < len(items); start += 250 {
+				chunk := items[start:min(start+250, len(items))]
+				ids := make([]string, len(chunk))
+				pairs := make([]any, 0, 2*len(chunk))
+				for k, i := range chunk {
+					ids[k] = cs[i].JobID
+					pairs = append(pairs, cs[i].JobID, cs[i].Epoch)
+				}
+				moved, err := t.move(ctx, moves[g.status], change{ids: ids,
+					set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
+					where: "AND (id, lease_epoch) IN (" + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(chunk)), ", ") + ")",
+					wargs: pairs, err: g.err})
+				if err != nil {
+					return err
+				}
+				done := make(map[string]bool, len(moved))
+				for _, m := range moved {
+					done[m.ID] = true
+				}
+				for _, i := range chunk {
+					if done[cs[i].JobID] {
+						errs[i] = nil
+					} else {
+						errs[i] = t.refusal(ctx, cs[i].Lease, "complete")
+					}
+				}
+			}
+		}
+		return nil
+	})
+	return errs, eff, err
+}
+
+// StepUpdate is an agent's report about one step.
+type StepUpdate struct {
+	Index    int
+	Name     string // needed only for a step the run did not declare
+	Status   kiln.StepStatus
+	ExitCode *int
+	Error    string
+}
+
+// UpdateSteps upserts step rows under the job's lease; a step that already
+// ended is never rewritten. The report also counts as a heartbeat.
+func (j Jobs) UpdateSteps(ctx context.Context, l Lease, updates ...StepUpdate) error {
+	for _, u := range updates {
+		if !u.Status.Valid() {
+			return invalid("step %d: %q is not a step status", u.Index, u.Status)
+		}
+		if u.Index < 0 {
+			return invalid("step index %d is negative", u.Index)
+		}
+	}
+	return j.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, "UPDATE jobs SET last_heartbeat_at = ? WHERE id = ? AND lease_epoch = ? AND status IN ("+statusList(held)+")",
+			ms(t.now), l.JobID, l.Epoch)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return t.refusal(ctx, l, "step update")
+		}
+		for _, u := range updates {
+			var started, finished, exit any
+			if u.Status != kiln.StepPending {
+				started = ms(t.now)
+			}
+			if u.Status.Terminal() {
+				finished = ms(t.now)
+			}
+			if u.ExitCode != nil {
+				exit = *u.ExitCode
+			}
+			if _, err := t.exec(ctx, `INSERT INTO steps (job_id, idx, name, status, exit_code, error, started_at, finished_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+				ON CONFLICT (job_id, idx) DO UPDATE SET status = excluded.status, exit_code = excluded.exit_code,
+					error = excluded.error, started_at = COALESCE(steps.started_at, excluded.started_at),
+					finished_at = excluded.finished_at,
+					name = CASE WHEN excluded.name <> '' THEN excluded.name ELSE steps.name END
+				WHERE steps.status NOT IN ('success', 'failed', 'skipped', 'cancelled')`,
+				l.JobID, u.Index, u.Name, string(u.Status), exit, nullString(u.Error), started, finished); err != nil {
+				return fmt.Errorf("step %d: %w", u.Index, err)
+			}
+		}
+		return nil
+	})
+}
+
+// refusal explains why a lease-guarded change matched no row.
+func (t *txn) refusal(ctx context.Context, l Lease, what string) error {
+	var status kiln.JobStatus
+	var epoch int64
+	err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch)
+	if isNoRows(err) {
+		return notFound("job %s does not exist", l.JobID)
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case epoch != l.Epoch:
+		return staleLease("%s of job %s refused: lease epoch %d is stale (the job is at epoch %d)", what, l.JobID, l.Epoch, epoch)
+	case status.Terminal():
+		return conflict("%s of job %s refused: the job already finished (%s)", what, l.JobID, status)
+	default:
+		return staleLease("%s of job %s refused: the lease is no longer held (the job is %s)", what, l.JobID, status)
+	}
+}

@@ -1,0 +1,76 @@
+package store_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
+)
+
+// Opening migrates an empty database; opening again changes nothing; many
+// coordinators opening one empty database at once migrate it once.
+func TestMigrations(t *testing.T) {
+	empty := map[string]func(testing.TB) string{
+		"sqlite":   storetest.SQLiteURL,
+		"postgres": storetest.EmptyPostgresURL,
+	}
+	for name, urlFor := range empty {
+		t.Run(name, func(t *testing.T) {
+			url := urlFor(t)
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for i := 0; i < 4; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					db, err := store.Open(ctx, store.Config{URL: url})
+					if err != nil {
+						errs <- err
+						return
+					}
+					errs <- db.Close()
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("concurrent open: %v", err)
+				}
+			}
+			db, err := store.Open(ctx, store.Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var n int
+			if err := db.SQL().QueryRow("SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil || n != 1 {
+				t.Fatalf("schema_migrations rows %d %v", n, err)
+			}
+			// A database from a newer kiln is refused.
+			if _, err := db.SQL().Exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', 0)"); err != nil {
+				t.Fatal(err)
+			}
+			_, err = store.Open(ctx, store.Config{URL: url})
+			if err == nil || !strings.Contains(err.Error(), "newer than this kiln knows") {
+				t.Fatalf("open a newer database: %v", err)
+			}
+		})
+	}
+}
+
+func TestOpenRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []store.Config{
+		{},
+		{URL: "sqlite://:memory:"},
+		{URL: "/tmp/x.db", SQLiteSynchronous: "OFF"},
+		{URL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"},
+	} {
+		if db, err := store.Open(ctx, cfg); err == nil {
+			db.Close()
+			t.Errorf("Open(%+v) succeeded", cfg)
+		}
+	}
+}

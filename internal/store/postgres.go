@@ -1,0 +1,113 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// PostgreSQL goes through database/sql with pgx's stdlib driver, so every
+// operation shares one code path with SQLite; pgx caches each connection's
+// prepared statements, which is where a native pgxpool would win, so the
+// hot path loses nothing measurable (see docs/store.md for the numbers).
+// Several coordinators may share the database: claims use FOR UPDATE SKIP
+// LOCKED, and job changes in a run first lock the run's row.
+type postgresDialect struct{}
+
+func (postgresDialect) name() string       { return "postgres" }
+func (postgresDialect) dollarParams() bool { return true }
+
+// retryable: deadlock victims (40P01) and serialization failures (40001)
+// are rerun by Update.
+func (postgresDialect) retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40P01" || pe.Code == "40001"
+	}
+	return false
+}
+
+func (postgresDialect) wrap(err error) error { return err }
+
+// lockRuns takes the row locks of runs, in id order so that two
+// transactions locking overlapping sets cannot deadlock each other.
+func (postgresDialect) lockRuns(ctx context.Context, t *txn, ids []string) error {
+	var need []string
+	for _, id := range ids {
+		if !t.locked[id] {
+			need = append(need, id)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	sort.Strings(need)
+	return pgLock(ctx, t, "SELECT id FROM runs WHERE id IN ("+marks(len(need))+") ORDER BY id FOR UPDATE", anys(need))
+}
+
+// lockRunsOfJobs locks the runs of jobs in one round trip.
+func (postgresDialect) lockRunsOfJobs(ctx context.Context, t *txn, jobIDs []string) error {
+	for start := 0; start < len(jobIDs); start += 500 {
+		ids := jobIDs[start:min(start+500, len(jobIDs))]
+		q := "SELECT id FROM runs WHERE id IN (SELECT run_id FROM jobs WHERE id IN (" + marks(len(ids)) + ")) ORDER BY id FOR UPDATE"
+		if err := pgLock(ctx, t, q, anys(ids)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pgLock(ctx context.Context, t *txn, q string, args []any) error {
+	rows, err := t.query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("lock runs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		t.locked[id] = true
+	}
+	return rows.Err()
+}
+
+func (postgresDialect) nextRunNumber() string { return "nextval('run_numbers')" }
+
+func openPostgres(ctx context.Context, c *core) error {
+	cfg, err := pgx.ParseConfig(c.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("store: parse the PostgreSQL URL: %w", err)
+	}
+	c.dialect = postgresDialect{}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(c.cfg.MaxConns)
+	db.SetMaxIdleConns(c.cfg.MaxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("store: connect to PostgreSQL %s@%s/%s: %w", cfg.User, cfg.Host, cfg.Database, err)
+	}
+	c.write, c.read = db, db
+	return nil
+}
+
+// pgAdvisoryLock holds PostgreSQL's session advisory lock on conn while fn
+// runs, so coordinators starting together migrate one at a time.
+func pgAdvisoryLock(ctx context.Context, conn *sql.Conn, key int64, fn func() error) error {
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return fmt.Errorf("take the migration lock: %w", err)
+	}
+	defer func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key)
+	}()
+	return fn()
+}

@@ -1,0 +1,209 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kilnci/kiln"
+)
+
+// Queue is the dispatch queue: the jobs table's queued rows, claimed by
+// agents, requeued, recovered, expired, and explained by pending reasons.
+type Queue struct{ h handle }
+
+// Pending reasons, written by whoever knows why a job waits (the dispatcher,
+// the scaler) and shown by the API with the time they were set.
+const (
+	ReasonSpawning = "spawning an agent"
+)
+
+// ReasonNoAgent says no connected agent offers the labels the job needs.
+func ReasonNoAgent(req kiln.Requirement) string {
+	if len(req.RunsOn) == 0 {
+		return "no connected agent without mandatory labels"
+	}
+	return "no connected agent with labels " + strings.Join(req.RunsOn, ", ")
+}
+
+// ReasonAgentsBusy says every matching agent is at capacity.
+func ReasonAgentsBusy(n int) string {
+	if n == 1 {
+		return "the one matching agent is busy"
+	}
+	return fmt.Sprintf("all %d matching agents are busy", n)
+}
+
+// ReasonProvisioningFailed says the last attempt to start an agent failed.
+func ReasonProvisioningFailed(detail string) string {
+	return "provisioning failed: " + detail
+}
+
+// SetPendingReason sets the pending reason of the queued jobs among ids,
+// keeping the time it was set when the reason did not change. It returns how
+// many jobs it changed.
+func (q Queue) SetPendingReason(ctx context.Context, reason string, ids ...string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := q.h.write(ctx, func(t *txn) error {
+		n = 0
+		for start := 0; start < len(ids); start += 500 {
+			chunk := ids[start:min(start+500, len(ids))]
+			args := append([]any{reason, ms(t.now)}, anys(chunk)...)
+			res, err := t.exec(ctx, `UPDATE jobs SET pending_reason = ?, pending_since = ?
+				WHERE id IN (`+marks(len(chunk))+`) AND status = 'queued'
+				AND (pending_reason IS NULL OR pending_reason <> ?)`, append(args, reason)...)
+			if err != nil {
+				return err
+			}
+			c, _ := res.RowsAffected()
+			n += c
+		}
+		return nil
+	})
+	return int(n), err
+}
+
+// SetPendingReasonForKey sets the pending reason of every queued job with
+// the routing key (kiln.Requirement.Key), keeping the time as above.
+func (q Queue) SetPendingReasonForKey(ctx context.Context, key, reason string) (int, error) {
+	var n int64
+	err := q.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, `UPDATE jobs SET pending_reason = ?, pending_since = ?
+			WHERE status = 'queued' AND queue_key = ? AND (pending_reason IS NULL OR pending_reason <> ?)`,
+			reason, ms(t.now), key, reason)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+// SetProvisioningError records a scaler.failed detail on a queued job (the
+// job's last_provisioning_error, and its pending reason). Only failures are
+// recorded; the claim that dispatches the job clears it. It reports whether
+// the job was still queued.
+func (q Queue) SetProvisioningError(ctx context.Context, jobID, detail string) (bool, error) {
+	if detail == "" {
+		return false, invalid("a provisioning error needs a detail")
+	}
+	var ok bool
+	err := q.h.write(ctx, func(t *txn) error {
+		reason := ReasonProvisioningFailed(detail)
+		res, err := t.exec(ctx, `UPDATE jobs SET last_provisioning_error = ?, pending_reason = ?,
+			pending_since = CASE WHEN pending_reason = ? THEN pending_since ELSE ? END, updated_at = ?
+			WHERE id = ? AND status = 'queued'`, detail, reason, reason, ms(t.now), ms(t.now), jobID)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		ok = n > 0
+		return nil
+	})
+	return ok, err
+}
+
+// Depth is the size of the queue.
+type Depth struct {
+	// ByStatus counts unfinished jobs by status; every unfinished status is
+	// present, with 0 when empty (the queue gauges need explicit zeros).
+	ByStatus map[kiln.JobStatus]int
+	// ByKey counts queued jobs by routing key; ByLabel by each runs_on label
+	// of those keys (a job counts once for each of its labels).
+	ByKey   map[string]int
+	ByLabel map[string]int
+}
+
+// Depth counts the queue.
+func (q Queue) Depth(ctx context.Context) (Depth, error) {
+	d := Depth{ByStatus: map[kiln.JobStatus]int{}, ByKey: map[string]int{}, ByLabel: map[string]int{}}
+	for _, s := range nonTerminal {
+		d.ByStatus[s] = 0
+	}
+	r := q.h.reader()
+	rows, err := r.query(ctx, "SELECT status, COUNT(*) FROM jobs WHERE status IN ("+statusList(nonTerminal)+") GROUP BY status")
+	if err != nil {
+		return d, fmt.Errorf("queue depth: %w", err)
+	}
+	for rows.Next() {
+		var s kiln.JobStatus
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return d, err
+		}
+		d.ByStatus[s] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return d, err
+	}
+	rows, err = r.query(ctx, "SELECT queue_key, COUNT(*) FROM jobs WHERE status = 'queued' GROUP BY queue_key")
+	if err != nil {
+		return d, fmt.Errorf("queue depth: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return d, err
+		}
+		d.ByKey[k] = n
+		for _, l := range parsedKey(k).RunsOn {
+			d.ByLabel[l] += n
+		}
+	}
+	return d, rows.Err()
+}
+
+// WaitingJob is a queued job and why it waits.
+type WaitingJob struct {
+	ID                    string
+	RunID                 string
+	RunNumber             int64
+	Workflow              string
+	Name                  string
+	Requirement           kiln.Requirement
+	Reason                string
+	Since                 time.Time // when Reason was set
+	QueuedAt              time.Time
+	ExpiresAt             time.Time
+	Attempts              int
+	LastProvisioningError string
+}
+
+// Waiting lists queued jobs, oldest first.
+func (q Queue) Waiting(ctx context.Context, limit int) ([]WaitingJob, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := q.h.reader().query(ctx, `SELECT j.id, j.run_id, r.number, r.workflow, j.name, j.queue_key,
+		COALESCE(j.pending_reason, ''), j.pending_since, j.queued_at, j.expires_at, j.attempts,
+		COALESCE(j.last_provisioning_error, '')
+		FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.status = 'queued' ORDER BY j.id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("waiting jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []WaitingJob
+	for rows.Next() {
+		var w WaitingJob
+		var key string
+		var since, queued, expires sql.NullInt64
+		if err := rows.Scan(&w.ID, &w.RunID, &w.RunNumber, &w.Workflow, &w.Name, &key, &w.Reason,
+			&since, &queued, &expires, &w.Attempts, &w.LastProvisioningError); err != nil {
+			return nil, err
+		}
+		w.Requirement = parsedKey(key)
+		w.Since, w.QueuedAt, w.ExpiresAt = fromMS(since), fromMS(queued), fromMS(expires)
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}

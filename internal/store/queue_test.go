@@ -1,0 +1,203 @@
+package store_test
+
+import (
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
+)
+
+func reqJob(name string, runsOn []string, exclude ...string) store.NewJob {
+	return store.NewJob{Name: name, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels(runsOn...), Exclude: kiln.NewLabels(exclude...)}}
+}
+
+func claimedNames(cs []store.Claimed) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// Claims match labels (all required, none excluded) and mandatory labels
+// (the job must ask for every one), oldest first, up to the free slots.
+func TestClaimMatching(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		mustCreate(t, db, newRun(
+			reqJob("any", nil),
+			reqJob("linux", []string{"linux"}),
+			reqJob("linux-no-gpu", []string{"linux"}, "gpu"),
+			reqJob("gpu", []string{"linux", "gpu"}),
+			reqJob("arm", []string{"linux", "arm64"}),
+			reqJob("linux2", []string{"Linux "}), // canonicalized
+		))
+		keys, err := db.Queue().Keys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"", "gpu,linux", "arm64,linux", "linux", "linux!gpu"}
+		sort.Strings(keys)
+		sort.Strings(want)
+		if !reflect.DeepEqual(keys, want) {
+			t.Fatalf("keys %q, want %q", keys, want)
+		}
+		gpuAgent := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "gpu"), Mandatory: kiln.NewLabels("gpu")}
+		cs, err := db.Queue().Claim(ctx, "gpu-1", gpuAgent, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := claimedNames(cs); !reflect.DeepEqual(got, []string{"gpu"}) {
+			t.Fatalf("mandatory-gpu agent claimed %v", got)
+		}
+		plain := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "amd64")}
+		cs, _ = db.Queue().Claim(ctx, "plain-1", plain, 2)
+		if got := claimedNames(cs); !reflect.DeepEqual(got, []string{"any", "linux"}) {
+			t.Fatalf("first two claims %v", got)
+		}
+		cs, _ = db.Queue().Claim(ctx, "plain-1", plain, 10)
+		if got := claimedNames(cs); !reflect.DeepEqual(got, []string{"linux-no-gpu", "linux2"}) {
+			t.Fatalf("the rest %v", got)
+		}
+		ok, _ := db.Queue().HasMatch(ctx, plain)
+		arm := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "arm64")}
+		okArm, _ := db.Queue().HasMatch(ctx, arm)
+		if ok || !okArm {
+			t.Fatalf("has match: plain %v arm %v", ok, okArm)
+		}
+		if cs, _ := db.Queue().Claim(ctx, "x", plain, 0); cs != nil {
+			t.Fatal("a claim with no slots claimed")
+		}
+		if _, err := db.Queue().Claim(ctx, "", plain, 1); err == nil {
+			t.Fatal("a claim without an agent id was accepted")
+		}
+	})
+}
+
+// A claim sets the lease: dispatched, agent, epoch+1, attempt counted, ack
+// deadline; it clears the pending reason and (seed checklist item 6) the
+// last_provisioning_error.
+func TestClaimSetsLease(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a")))
+		id := cr.Jobs["a"]
+		j := mustJob(t, db, id)
+		if j.PendingReason != store.ReasonWaiting || !j.PendingSince.Equal(clock.Now()) || j.LastProvisioningError != "" {
+			t.Fatalf("queued job %+v", j)
+		}
+		// Seed checklist item 6: NULL when no provisioning failure was recorded.
+		if ok, err := db.Queue().SetProvisioningError(ctx, id, "agent process error: spawn node ENOENT"); !ok || err != nil {
+			t.Fatalf("set provisioning error: %v %v", ok, err)
+		}
+		c := claimJob(t, db, "agent-1", id)
+		if c.Epoch != 1 || c.Attempt != 1 || !c.AckDeadline.Equal(clock.Now().Add(store.DefaultAckTimeout)) ||
+			c.Requirement.Key() != "linux" || string(c.Spec) != "{}" {
+			t.Fatalf("claimed %+v", c)
+		}
+		j = wantStatus(t, db, id, kiln.JobDispatched)
+		// Seed checklist item 6: cleared whenever the job is dispatched.
+		if j.LastProvisioningError != "" || j.PendingReason != "" || j.AgentID != "agent-1" || j.LeaseEpoch != 1 || j.Attempts != 1 {
+			t.Fatalf("dispatched job %+v", j)
+		}
+	})
+}
+
+func TestPendingReasons(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b"), reqJob("gpu", []string{"gpu"}), job("later", need("a"))))
+		a, b := cr.Jobs["a"], cr.Jobs["b"]
+		t0 := clock.Now()
+		clock.Advance(sec(1))
+		n, err := db.Queue().SetPendingReason(ctx, store.ReasonNoAgent(linuxReq()), a, b, cr.Jobs["later"])
+		if err != nil || n != 2 {
+			t.Fatalf("set reason: %d %v (the pending job must be left alone)", n, err)
+		}
+		t1 := clock.Now()
+		clock.Advance(sec(1))
+		// The same reason again keeps its time.
+		if n, _ := db.Queue().SetPendingReason(ctx, store.ReasonNoAgent(linuxReq()), a); n != 0 {
+			t.Fatalf("an unchanged reason was rewritten")
+		}
+		if j := mustJob(t, db, a); j.PendingReason != "no connected agent with labels linux" || !j.PendingSince.Equal(t1) {
+			t.Fatalf("a: %q since %v", j.PendingReason, j.PendingSince)
+		}
+		n, err = db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning)
+		if err != nil || n != 1 {
+			t.Fatalf("by key: %d %v", n, err)
+		}
+		if j := mustJob(t, db, cr.Jobs["later"]); j.PendingReason != "waiting for needs: a" || !j.PendingSince.Equal(t0) {
+			t.Fatalf("later: %q", j.PendingReason)
+		}
+		w, err := db.Queue().Waiting(ctx, 10)
+		if err != nil || len(w) != 3 {
+			t.Fatalf("waiting %+v %v", w, err)
+		}
+		if w[2].Name != "gpu" || w[2].Reason != store.ReasonSpawning || !w[2].Since.Equal(clock.Now()) || w[2].RunNumber != 1 ||
+			w[2].Workflow != "ci" || w[2].Requirement.Key() != "gpu" || !w[2].ExpiresAt.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("waiting gpu %+v", w[2])
+		}
+		if store.ReasonAgentsBusy(3) != "all 3 matching agents are busy" {
+			t.Fatal(store.ReasonAgentsBusy(3))
+		}
+	})
+}
+
+// Seed checklist item 5: a scaler.failed detail bound to a queued job is
+// written into its last_provisioning_error (and shown as its pending
+// reason); a job no longer queued is not written.
+func TestSetProvisioningError(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b")))
+		const detail = "agent process error: spawn node ENOENT"
+		ok, err := db.Queue().SetProvisioningError(ctx, cr.Jobs["a"], detail)
+		if !ok || err != nil {
+			t.Fatalf("%v %v", ok, err)
+		}
+		j := mustJob(t, db, cr.Jobs["a"])
+		if j.LastProvisioningError != detail || j.PendingReason != "provisioning failed: "+detail {
+			t.Fatalf("job %+v", j)
+		}
+		if mustJob(t, db, cr.Jobs["b"]).LastProvisioningError != "" {
+			t.Fatal("another job was written")
+		}
+		c := claimJob(t, db, "agent-1", cr.Jobs["a"])
+		if ok, _ := db.Queue().SetProvisioningError(ctx, c.JobID, "late failure"); ok {
+			t.Fatal("a dispatched job took a provisioning error")
+		}
+		if j := mustJob(t, db, c.JobID); j.LastProvisioningError != "" {
+			t.Fatalf("dispatched job has %q", j.LastProvisioningError)
+		}
+		if _, err := db.Queue().SetProvisioningError(ctx, cr.Jobs["b"], ""); err == nil {
+			t.Fatal("an empty detail was accepted")
+		}
+	})
+}
+
+// Queue depth reports every unfinished status (explicit zeros) and counts
+// queued jobs by key and by label.
+func TestQueueDepth(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		d, err := db.Queue().Depth(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []kiln.JobStatus{kiln.JobPending, kiln.JobQueued, kiln.JobDispatched, kiln.JobRunning} {
+			if n, ok := d.ByStatus[s]; !ok || n != 0 {
+				t.Fatalf("empty queue: %s = %d, %v", s, n, ok)
+			}
+		}
+		mustCreate(t, db, newRun(job("a"), job("b"), reqJob("g", []string{"gpu", "linux"}), job("c", need("a"))))
+		claimOne(t, db, "agent-1")
+		d, _ = db.Queue().Depth(ctx)
+		if d.ByStatus[kiln.JobQueued] != 2 || d.ByStatus[kiln.JobDispatched] != 1 || d.ByStatus[kiln.JobPending] != 1 {
+			t.Fatalf("by status %v", d.ByStatus)
+		}
+		if !reflect.DeepEqual(d.ByKey, map[string]int{"linux": 1, "gpu,linux": 1}) ||
+			!reflect.DeepEqual(d.ByLabel, map[string]int{"linux": 2, "gpu": 1}) {
+			t.Fatalf("by key %v by label %v", d.ByKey, d.ByLabel)
+		}
+	})
+}

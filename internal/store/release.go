@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kilnci/kiln"
+)
+
+// ReasonWaiting is the pending reason a job gets when it enters the queue;
+// the dispatcher replaces it with what it knows (see the Reason functions).
+const ReasonWaiting = "waiting for an agent"
+
+// ReadyJob is a job whose needs are met, handed to the Releaser inside the
+// transaction that made it ready.
+type ReadyJob struct {
+	ID          string
+	RunID       string
+	RunNumber   int64
+	Name        string
+	Base        string
+	Matrix      json.RawMessage
+	Spec        json.RawMessage
+	Requirement kiln.Requirement // as given at creation
+	// Upstream are the children of every group the job needs, in creation
+	// order, with their results and outputs.
+	Upstream []UpstreamJob
+}
+
+// UpstreamJob is one finished job a ReadyJob needed.
+type UpstreamJob struct {
+	ID      string
+	Name    string
+	Base    string
+	Status  kiln.JobStatus
+	Result  kiln.Result
+	Outputs map[string]string
+}
+
+// Release is the Releaser's decision about a ReadyJob: Fail (⇒ failed with
+// that message), else Skip (⇒ skipped), else queue it.
+type Release struct {
+	Fail       string
+	Skip       bool
+	SkipReason string // default "if: condition was false"
+	// Requirement replaces the one given at creation (nil: keep it).
+	Requirement *kiln.Requirement
+	// QueueTimeout is how long the job may wait for an agent (0:
+	// Config.QueueTimeout; negative: no expiry).
+	QueueTimeout time.Duration
+	// Spec replaces the job's spec (nil: keep it), e.g. with runs_on, env
+	// and container evaluated.
+	Spec json.RawMessage
+}
+
+// Releaser decides what happens to a job whose needs are met: evaluate its
+// `if:`, `runs_on` and other release-time expressions and return a Release.
+// It runs inside the store's write transaction (which may be rerun on a
+// PostgreSQL deadlock), so it must be quick, pure and free of I/O.
+type Releaser func(ReadyJob) Release
+
+// NeedContext is `needs.<job>` as a dependent sees it: the group's result
+// and its outputs merged with the matrix agreement rule.
+type NeedContext struct {
+	Result  kiln.Result
+	Outputs map[string]string
+	// Conflicts maps each output key the children disagree on to a message
+	// naming them; reading such a key must fail the dependent.
+	Conflicts map[string]string
+}
+
+// Output returns needs.<job>.outputs.<key>: "" when no child set it, an
+// error naming the children when they disagree.
+func (n NeedContext) Output(key string) (string, error) {
+	if msg, ok := n.Conflicts[key]; ok {
+		return "", invalid("%s", msg)
+	}
+	return n.Outputs[key], nil
+}
+
+// Needs returns the `needs` context of a ReadyJob: one entry per upstream
+// base (a matrix group merged) and one per matrix child name (for
+// needs['test (1.26)']).
+func (r ReadyJob) Needs() map[string]NeedContext {
+	groups := map[string][]UpstreamJob{}
+	var order []string
+	for _, u := range r.Upstream {
+		if _, ok := groups[u.Base]; !ok {
+			order = append(order, u.Base)
+		}
+		groups[u.Base] = append(groups[u.Base], u)
+	}
+	out := make(map[string]NeedContext, len(r.Upstream)+len(groups))
+	for _, u := range r.Upstream {
+		out[u.Name] = NeedContext{Result: u.Result, Outputs: u.Outputs}
+	}
+	for _, base := range order {
+		out[base] = mergeNeed(base, groups[base])
+	}
+	return out
+}
+
+// mergeNeed applies the agreement rule: KEY is defined when every child
+// that set it set the same value.
+func mergeNeed(base string, children []UpstreamJob) NeedContext {
+	n := NeedContext{Result: groupResult(children), Outputs: map[string]string{}}
+	setters := map[string][]UpstreamJob{}
+	for _, c := range children {
+		for k := range c.Outputs {
+			setters[k] = append(setters[k], c)
+		}
+	}
+	for k, cs := range setters {
+		v := cs[0].Outputs[k]
+		agree := true
+		for _, c := range cs[1:] {
+			if c.Outputs[k] != v {
+				agree = false
+			}
+		}
+		if agree {
+			n.Outputs[k] = v
+			continue
+		}
+		parts := make([]string, len(cs))
+		for i, c := range cs {
+			parts[i] = fmt.Sprintf("%q set %q", c.Name, c.Outputs[k])
+		}
+		sort.Strings(parts)
+		if n.Conflicts == nil {
+			n.Conflicts = map[string]string{}
+		}
+		n.Conflicts[k] = fmt.Sprintf("needs.%s.outputs.%s is ambiguous: the matrix children disagree (%s)", base, k, strings.Join(parts, ", "))
+	}
+	return n
+}
+
+// groupResult is the result of a matrix group: failure if any child
+// failed, else cancelled if any was cancelled, else skipped if all were
+// skipped, else success.
+func groupResult(children []UpstreamJob) kiln.Result {
+	failed, cancelled, skipped := false, false, 0
+	for _, c := range children {
+		switch c.Result {
+		case kiln.ResultFailure:
+			failed = true
+		case kiln.ResultCancelled:
+			cancelled = true
+		case kiln.ResultSkipped:
+			skipped++
+		}
+	}
+	switch {
+	case failed:
+		return kiln.ResultFailure
+	case cancelled:
+		return kiln.ResultCancelled
+	case len(children) > 0 && skipped == len(children):
+		return kiln.ResultSkipped
+	}
+	return kiln.ResultSuccess
+}
+
+// pendingJob is a pending job being considered for release.
+type pendingJob struct {
+	ID          string
+	RunID       string
+	Name        string
+	Base        string
+	Matrix      string
+	Spec        string
+	Key         string
+	MaxParallel int
+}
+
+const pendingCols = "id, run_id, name, base, matrix, spec, queue_key, max_parallel"
+
+func scanPending(rows interface{ Scan(...any) error }) (pendingJob, error) {
+	var p pendingJob
+	err := rows.Scan(&p.ID, &p.RunID, &p.Name, &p.Base, &p.Matrix, &p.Spec, &p.Key, &p.MaxParallel)
+	return p, err
+}
+
+// release hands a job whose needs are met to the Releaser and applies its
+// decision.
+func (t *txn) release(ctx context.Context, p pendingJob, ups []UpstreamJob) error {
+	return t.releaseAll(ctx, []pendingJob{p}, [][]UpstreamJob{ups})
+}
+
+// releaseAll releases jobs together: each gets the Releaser's decision, and
+// the jobs queued alike (same key, spec kept, same timeout) move in one
+// statement, so a run's hundreds of matrix roots cost a few updates.
+func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJob) error {
+	type group struct {
+		key     string
+		timeout time.Duration
+	}
+	groups := map[group][]string{}
+	var order []group
+	numbers := map[string]int64{} // run id → number, for the run context
+	for i, p := range ps {
+		number, ok := numbers[p.RunID]
+		if !ok {
+			if err := t.queryRow(ctx, "SELECT number FROM runs WHERE id = ?", p.RunID).Scan(&number); err != nil {
+				return fmt.Errorf("release %s: %w", p.Name, err)
+			}
+			numbers[p.RunID] = number
+		}
+		rj := ReadyJob{
+			ID: p.ID, RunID: p.RunID, RunNumber: number, Name: p.Name, Base: p.Base,
+			Matrix: json.RawMessage(p.Matrix), Spec: json.RawMessage(p.Spec),
+			Requirement: kiln.ParseRequirementKey(p.Key), Upstream: ups[i],
+		}
+		var r Release
+		if t.db.releaser != nil {
+			r = t.db.releaser(rj)
+		}
+		ids := []string{p.ID}
+		switch {
+		case r.Fail != "":
+			if _, err := t.move(ctx, mFailRelease, change{ids: ids, err: r.Fail}); err != nil {
+				return err
+			}
+			continue
+		case r.Skip:
+			reason := r.SkipReason
+			if reason == "" {
+				reason = "if: condition was false"
+			}
+			if _, err := t.move(ctx, mSkip, change{ids: ids, err: reason}); err != nil {
+				return err
+			}
+			continue
+		}
+		key := p.Key
+		if r.Requirement != nil {
+			key = r.Requirement.Key()
+		}
+		timeout := r.QueueTimeout
+		if timeout == 0 {
+			timeout = t.db.cfg.QueueTimeout
+		}
+		if r.Spec != nil {
+			if err := t.enqueue(ctx, ids, key, timeout, string(r.Spec)); err != nil {
+				return err
+			}
+			continue
+		}
+		g := group{key, timeout}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], p.ID)
+	}
+	for _, g := range order {
+		if err := t.enqueue(ctx, groups[g], g.key, g.timeout, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enqueue moves released jobs into the queue (spec "" keeps their spec).
+func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, spec string) error {
+	var expires any
+	if timeout > 0 {
+		expires = ms(t.now.Add(timeout))
+	}
+	set := "ready = 1, queue_key = ?, queued_at = ?, expires_at = ?, pending_reason = ?, pending_since = ?"
+	args := []any{key, ms(t.now), expires, ReasonWaiting, ms(t.now)}
+	if spec != "" {
+		set += ", spec = ?"
+		args = append(args, spec)
+	}
+	_, err := t.move(ctx, mRelease, change{ids: ids, set: set, args: args})
+	return err
+}

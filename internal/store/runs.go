@@ -1,0 +1,218 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/kilnci/kiln"
+)
+
+// Runs creates, reads and cancels runs.
+type Runs struct{ h handle }
+
+// CancelResult is what Cancel did.
+type CancelResult struct {
+	// Cancelled are jobs that ended at once (they were waiting, recovering,
+	// or a forced cancel ended them).
+	Cancelled []JobRef
+	// Cancelling are jobs on agents that must be sent a cancel; a later
+	// forced Cancel ends them if the agents do not answer.
+	Cancelling []CancelTarget
+	Effects
+}
+
+// Cancel cancels a run: every unfinished job gets a stop mark (it is never
+// queued again); waiting and recovering jobs are cancelled at once, jobs on
+// agents move to cancelling and are returned so the caller sends cancels.
+// force also ends the cancelling ones (the agents did not answer). The run is
+// cancelling until its last job ends. Cancelling a finished run is a conflict.
+func (r Runs) Cancel(ctx context.Context, runID, reason string, force bool) (CancelResult, error) {
+	if reason == "" {
+		reason = "cancelled"
+	}
+	var res CancelResult
+	eff, err := r.h.op(ctx, func(t *txn) error {
+		res = CancelResult{}
+		if err := t.lockRuns(ctx, []string{runID}); err != nil {
+			return err
+		}
+		var status kiln.RunStatus
+		err := t.queryRow(ctx, "SELECT status FROM runs WHERE id = ?", runID).Scan(&status)
+		if isNoRows(err) {
+			return notFound("run %s does not exist", runID)
+		}
+		if err != nil {
+			return err
+		}
+		if status.Terminal() {
+			return conflict("run %s already finished (%s)", runID, status)
+		}
+		if _, err := t.exec(ctx, "UPDATE runs SET cancel_reason = COALESCE(cancel_reason, ?), updated_at = ? WHERE id = ?", reason, ms(t.now), runID); err != nil {
+			return err
+		}
+		if err := t.setRunStatus(ctx, runID, kiln.RunCancelling, []kiln.RunStatus{kiln.RunPending, kiln.RunRunning}); err != nil {
+			return err
+		}
+		ids, err := t.ids(ctx, "SELECT id FROM jobs WHERE run_id = ? AND status IN ("+statusList(nonTerminal)+")", runID)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if _, err := t.exec(ctx, "UPDATE jobs SET stop = 1 WHERE run_id = ? AND status IN ("+statusList(nonTerminal)+")", runID); err != nil {
+			return err
+		}
+		moves := []move{mCancelWaiting, mCancelRecovering, mCancelAsk}
+		if force {
+			moves = append(moves, mCancelForce)
+		}
+		for _, m := range moves {
+			moved, err := t.move(ctx, m, change{ids: ids, err: reason})
+			if err != nil {
+				return err
+			}
+			for _, j := range moved {
+				if j.Status == kiln.JobCancelling {
+					res.Cancelling = append(res.Cancelling, CancelTarget{JobID: j.ID, RunID: j.RunID, Name: j.Name, AgentID: j.AgentID, Epoch: j.Epoch})
+				}
+			}
+		}
+		return nil
+	})
+	for _, j := range eff.Finished {
+		if j.RunID == runID && j.Status == kiln.JobCancelled {
+			res.Cancelled = append(res.Cancelled, j)
+		}
+	}
+	// Jobs moved to cancelling and then force-cancelled are not pending a cancel.
+	if force {
+		res.Cancelling = nil
+	}
+	res.Effects = eff
+	return res, err
+}
+
+// Overdue lists unfinished runs past their deadline (the workflow timeout);
+// the engine cancels them with the reason "workflow timeout".
+func (r Runs) Overdue(ctx context.Context, limit int) ([]Run, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return r.list(ctx, "deadline IS NOT NULL AND status IN ('pending', 'running', 'cancelling') AND deadline < ? ORDER BY deadline LIMIT ?",
+		ms(r.h.now()), limit)
+}
+
+// Get returns a run by id with its jobs and their steps.
+func (r Runs) Get(ctx context.Context, id string) (Run, error) {
+	return r.get(ctx, "id = ?", id)
+}
+
+// GetByNumber returns a run by its number with its jobs and their steps.
+func (r Runs) GetByNumber(ctx context.Context, number int64) (Run, error) {
+	return r.get(ctx, "number = ?", number)
+}
+
+func (r Runs) get(ctx context.Context, where string, arg any) (Run, error) {
+	runs, err := r.list(ctx, where, arg)
+	if err != nil {
+		return Run{}, err
+	}
+	if len(runs) == 0 {
+		return Run{}, notFound("run %v does not exist", arg)
+	}
+	run := runs[0]
+	run.Jobs, err = loadJobs(ctx, r.h.reader(), "run_id = ? ORDER BY idx", run.ID)
+	return run, err
+}
+
+// RunFilter selects runs for List. Zero fields do not filter.
+type RunFilter struct {
+	Status     kiln.RunStatus
+	Workflow   string
+	Repository string
+	// Before pages backwards: only runs with a smaller number.
+	Before int64
+	Limit  int // default 50, at most 1000
+}
+
+// List returns runs newest first (without jobs).
+func (r Runs) List(ctx context.Context, f RunFilter) ([]Run, error) {
+	var conds []string
+	var args []any
+	if f.Status != "" {
+		conds, args = append(conds, "status = ?"), append(args, string(f.Status))
+	}
+	if f.Workflow != "" {
+		conds, args = append(conds, "workflow = ?"), append(args, f.Workflow)
+	}
+	if f.Repository != "" {
+		conds, args = append(conds, "repository = ?"), append(args, f.Repository)
+	}
+	if f.Before > 0 {
+		conds, args = append(conds, "number < ?"), append(args, f.Before)
+	}
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	f.Limit = min(f.Limit, 1000)
+	where := "1 = 1"
+	if len(conds) > 0 {
+		where = strings.Join(conds, " AND ")
+	}
+	return r.list(ctx, where+" ORDER BY number DESC LIMIT ?", append(args, f.Limit)...)
+}
+
+// WorkflowDefinition returns the workflow file content stored under hash.
+func (r Runs) WorkflowDefinition(ctx context.Context, hash string) ([]byte, error) {
+	var content string
+	err := r.h.reader().queryRow(ctx, "SELECT content FROM workflow_definitions WHERE hash = ?", hash).Scan(&content)
+	if isNoRows(err) {
+		return nil, notFound("no workflow definition with hash %s", hash)
+	}
+	return []byte(content), err
+}
+
+const runCols = `id, number, source, repository, workflow, workflow_file, workflow_hash, event, inputs, trace, ref, sha,
+	status, COALESCE(cancel_reason, ''), COALESCE(failure_reason, ''), deadline, COALESCE(parent_run_id, ''),
+	COALESCE(rerun_of, ''), COALESCE(delivery_id, 0), created_at, started_at, finished_at`
+
+func (r Runs) list(ctx context.Context, where string, args ...any) ([]Run, error) {
+	rows, err := r.h.reader().query(ctx, "SELECT "+runCols+" FROM runs WHERE "+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		var run Run
+		var event, inputs, trace string
+		var deadline, created, started, finished sql.NullInt64
+		if err := rows.Scan(&run.ID, &run.Number, &run.Source, &run.Repository, &run.Workflow, &run.WorkflowFile,
+			&run.WorkflowHash, &event, &inputs, &trace, &run.Ref, &run.SHA, &run.Status, &run.CancelReason,
+			&run.FailureReason, &deadline, &run.ParentRunID, &run.RerunOf, &run.DeliveryID, &created, &started, &finished); err != nil {
+			return nil, err
+		}
+		run.Event, run.Inputs, run.Trace = json.RawMessage(event), json.RawMessage(inputs), json.RawMessage(trace)
+		run.Deadline, run.CreatedAt, run.StartedAt, run.FinishedAt = fromMS(deadline), fromMS(created), fromMS(started), fromMS(finished)
+		out = append(out, run)
+	}
+	return out, rows.Err()
+}
+
+func jsonText(v json.RawMessage, empty string) string {
+	if len(v) == 0 {
+		return empty
+	}
+	return string(v)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// Sources keeps the configured forge connections.
+type Sources struct{ h handle }
+
+// SourceKind is the forge a source speaks to.
+type SourceKind string
+
+const (
+	SourceGitHub  SourceKind = "github"
+	SourceGitea   SourceKind = "gitea"
+	SourceGeneric SourceKind = "generic"
+	SourceLocal   SourceKind = "local"
+)
+
+// Source is a configured source. Secret is plain text for now; a later
+// issue encrypts secrets at rest.
+type Source struct {
+	ID        string
+	Kind      SourceKind
+	Name      string
+	Config    json.RawMessage
+	Secret    string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+func (s Source) validate() error {
+	switch s.Kind {
+	case SourceGitHub, SourceGitea, SourceGeneric, SourceLocal:
+	default:
+		return invalid("source kind %q is not github, gitea, generic or local", s.Kind)
+	}
+	if strings.TrimSpace(s.Name) == "" {
+		return invalid("a source needs a name")
+	}
+	if len(s.Config) > 0 && !json.Valid(s.Config) {
+		return invalid("the config of source %q is not valid JSON", s.Name)
+	}
+	return nil
+}
+
+const sourceCols = "id, kind, name, config, secret, created_at, updated_at"
+
+func scanSource(r interface{ Scan(...any) error }) (Source, error) {
+	var s Source
+	var config string
+	var created, updated sql.NullInt64
+	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &s.Secret, &created, &updated)
+	s.Config, s.CreatedAt, s.UpdatedAt = json.RawMessage(config), fromMS(created), fromMS(updated)
+	return s, err
+}
+
+// Create stores a new source (its ID is generated); a taken name is a
+// conflict.
+func (ss Sources) Create(ctx context.Context, s Source) (Source, error) {
+	if err := s.validate(); err != nil {
+		return Source{}, err
+	}
+	id, err := newID()
+	if err != nil {
+		return Source{}, err
+	}
+	var out Source
+	err = ss.h.write(ctx, func(t *txn) error {
+		var n int
+		if err := t.queryRow(ctx, "SELECT COUNT(*) FROM sources WHERE name = ?", s.Name).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return conflict("a source named %q already exists", s.Name)
+		}
+		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
+			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), ms(t.now)))
+		return err
+	})
+	return out, err
+}
+
+// Get returns a source by id.
+func (ss Sources) Get(ctx context.Context, id string) (Source, error) {
+	return ss.get(ctx, "id = ?", id)
+}
+
+// GetByName returns a source by name.
+func (ss Sources) GetByName(ctx context.Context, name string) (Source, error) {
+	return ss.get(ctx, "name = ?", name)
+}
+
+func (ss Sources) get(ctx context.Context, where string, arg string) (Source, error) {
+	s, err := scanSource(ss.h.reader().queryRow(ctx, "SELECT "+sourceCols+" FROM sources WHERE "+where, arg))
+	if isNoRows(err) {
+		return Source{}, notFound("source %s does not exist", arg)
+	}
+	return s, err
+}
+
+// List lists sources by name.
+func (ss Sources) List(ctx context.Context) ([]Source, error) {
+	rows, err := ss.h.reader().query(ctx, "SELECT "+sourceCols+" FROM sources ORDER BY name")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Source
+	for rows.Next() {
+		s, err := scanSource(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// Update replaces a source's kind, name, config and secret.
+func (ss Sources) Update(ctx context.Context, s Source) error {
+	if err := s.validate(); err != nil {
+		return err
+	}
+	return ss.h.write(ctx, func(t *txn) error {
+		var n int
+		if err := t.queryRow(ctx, "SELECT COUNT(*) FROM sources WHERE name = ? AND id <> ?", s.Name, s.ID).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return conflict("a source named %q already exists", s.Name)
+		}
+		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, secret = ?, updated_at = ? WHERE id = ?",
+			string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), s.ID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return notFound("source %s does not exist", s.ID)
+		}
+		return nil
+	})
+}
+
+// Delete removes a source.
+func (ss Sources) Delete(ctx context.Context, id string) error {
+	return ss.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, "DELETE FROM sources WHERE id = ?", id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return notFound("source %s does not exist", id)
+		}
+		return nil
+	})
+}

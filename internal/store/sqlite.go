@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SQLite runs with one writer connection (every write transaction is BEGIN
+// IMMEDIATE on it, so writers never race and a claim needs no row locks) and
+// a separate read-only pool, so API reads never queue behind the writer: in
+// WAL mode readers see the last commit and do not block it.
+type sqliteDialect struct{}
+
+func (sqliteDialect) name() string       { return "sqlite" }
+func (sqliteDialect) dollarParams() bool { return false }
+
+// retryable: the single writer never deadlocks; only another process
+// holding the database's write lock past busy_timeout makes a transaction
+// worth rerunning.
+func (sqliteDialect) retryable(err error) bool { return isSQLiteBusy(err) }
+
+func (sqliteDialect) wrap(err error) error { return err }
+
+// lockRuns is a no-op: the transaction already holds the only write lock.
+func (sqliteDialect) lockRuns(context.Context, *txn, []string) error       { return nil }
+func (sqliteDialect) lockRunsOfJobs(context.Context, *txn, []string) error { return nil }
+
+// nextRunNumber: the single writer makes MAX+1 race-free; runs_number is a
+// unique index, so this reads one index entry.
+func (sqliteDialect) nextRunNumber() string {
+	return "(SELECT COALESCE(MAX(number), 0) + 1 FROM runs)"
+}
+
+func isPostgresURL(u string) bool {
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// sqlitePath turns "sqlite:///abs/path", "sqlite://rel/path", "file:…" or a
+// plain path into a file path.
+func sqlitePath(u string) (string, error) {
+	switch {
+	case strings.HasPrefix(u, "sqlite://"):
+		u = strings.TrimPrefix(u, "sqlite://")
+	case strings.HasPrefix(u, "sqlite:"):
+		u = strings.TrimPrefix(u, "sqlite:")
+	case strings.HasPrefix(u, "file:"):
+		u = strings.TrimPrefix(u, "file:")
+	}
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		u = u[:i]
+	}
+	if u == "" || u == ":memory:" {
+		return "", errors.New("store: SQLite needs a file path (an in-memory database cannot have a separate read pool)")
+	}
+	return filepath.Abs(u)
+}
+
+func sqliteDSN(path string, params ...string) string {
+	v := url.URL{Scheme: "file", Path: path, RawQuery: strings.Join(params, "&")}
+	return v.String()
+}
+
+func openSQLite(ctx context.Context, c *core) error {
+	path, err := sqlitePath(c.cfg.URL)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("store: create the database directory: %w", err)
+	}
+	c.dialect = sqliteDialect{}
+	sync := strings.ToUpper(c.cfg.SQLiteSynchronous)
+	w, err := sql.Open("sqlite", sqliteDSN(path,
+		"_pragma=journal_mode(WAL)",
+		"_pragma=synchronous("+sync+")",
+		"_pragma=busy_timeout(5000)",
+		"_pragma=foreign_keys(1)",
+		"_txlock=immediate"))
+	if err != nil {
+		return fmt.Errorf("store: open SQLite: %w", err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := w.PingContext(ctx); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("store: open SQLite %s: %w", path, err)
+	}
+	var mode string
+	if err := w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		_ = w.Close()
+		return fmt.Errorf("store: SQLite %s is not in WAL mode (journal_mode=%q): %v", path, mode, err)
+	}
+	r, err := sql.Open("sqlite", sqliteDSN(path,
+		"mode=ro",
+		"_pragma=busy_timeout(5000)",
+		"_pragma=query_only(1)"))
+	if err != nil {
+		_ = w.Close()
+		return fmt.Errorf("store: open SQLite read pool: %w", err)
+	}
+	r.SetMaxOpenConns(c.cfg.ReadConns)
+	r.SetMaxIdleConns(c.cfg.ReadConns)
+	c.write, c.read = w, r
+	return nil
+}
+
+// isSQLiteBusy reports a lock held past busy_timeout by another process.
+func isSQLiteBusy(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		code := se.Code() & 0xff
+		return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+	}
+	return false
+}

@@ -1,0 +1,311 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// maxTxRetries bounds how often Update reruns a transaction that PostgreSQL
+// aborted as a deadlock victim or a serialization failure.
+const maxTxRetries = 8
+
+// Tx is one write transaction. Its accessors run their operations inside it,
+// so several operations commit or roll back together: a cron fire claimed
+// with the run it creates, a delivery marked processed with its runs, fifty
+// completions behind one fsync.
+type Tx struct{ t *txn }
+
+// Now is the transaction's time, read once from the clock when it began.
+func (tx *Tx) Now() time.Time { return tx.t.now }
+
+func (tx *Tx) handle() handle { return handle{db: tx.t.db, tx: tx.t} }
+
+// Runs runs run operations inside this transaction.
+func (tx *Tx) Runs() Runs { return Runs{h: tx.handle()} }
+
+// Jobs runs job reports inside this transaction.
+func (tx *Tx) Jobs() Jobs { return Jobs{h: tx.handle()} }
+
+// Queue runs queue operations inside this transaction.
+func (tx *Tx) Queue() Queue { return Queue{h: tx.handle()} }
+
+// Ingress runs delivery operations inside this transaction.
+func (tx *Tx) Ingress() Ingress { return Ingress{h: tx.handle()} }
+
+// Auth runs token and agent operations inside this transaction.
+func (tx *Tx) Auth() Auth { return Auth{h: tx.handle()} }
+
+// Sources runs source operations inside this transaction.
+func (tx *Tx) Sources() Sources { return Sources{h: tx.handle()} }
+
+// Logs runs log index operations inside this transaction.
+func (tx *Tx) Logs() Logs { return Logs{h: tx.handle()} }
+
+// Cluster runs lease and cron operations inside this transaction.
+func (tx *Tx) Cluster() Cluster { return Cluster{h: tx.handle()} }
+
+// Update runs fn in one write transaction and commits it if fn returns nil.
+// On PostgreSQL a transaction aborted as a deadlock victim or for a
+// serialization failure is rerun from the start, so fn must not keep state
+// across calls other than what it rebuilds (results captured in variables are
+// simply overwritten by the rerun). fn must not swallow errors of the
+// operations it calls: on PostgreSQL a failed statement aborts the whole
+// transaction.
+func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
+	return db.update(ctx, func(t *txn) error { return fn(&Tx{t: t}) })
+}
+
+func (db *DB) update(ctx context.Context, fn func(t *txn) error) error {
+	var err error
+	for attempt := 0; attempt < maxTxRetries; attempt++ {
+		err = db.updateOnce(ctx, fn)
+		if err == nil || !db.dialect.retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		db.log.Debug("store: transaction retried", "attempt", attempt+1, "err", err)
+	}
+	return err
+}
+
+func (db *DB) updateOnce(ctx context.Context, fn func(t *txn) error) error {
+	if db.comb != nil {
+		return db.combined(ctx, fn)
+	}
+	sqlTx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", db.dialect.wrap(err))
+	}
+	t := &txn{db: db, tx: sqlTx, now: db.now(), locked: map[string]bool{}}
+	defer func() { db.prepareWanted(context.WithoutCancel(ctx), t.wanted) }()
+	if err := fn(t); err != nil {
+		_ = sqlTx.Rollback()
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", db.dialect.wrap(err))
+	}
+	return nil
+}
+
+// handle is where an accessor runs: in its own transaction (tx nil) or in a
+// caller's.
+type handle struct {
+	db *DB
+	tx *txn
+}
+
+// write runs fn in the caller's transaction or a new one.
+func (h handle) write(ctx context.Context, fn func(t *txn) error) error {
+	if h.tx != nil {
+		return fn(h.tx)
+	}
+	return h.db.update(ctx, fn)
+}
+
+// op runs a job-changing operation: fn, then the consequences of what it
+// changed (needs, waves, fail_fast, roll-up), collected into Effects.
+func (h handle) op(ctx context.Context, fn func(t *txn) error) (Effects, error) {
+	var eff Effects
+	err := h.write(ctx, func(t *txn) error {
+		eff = Effects{}
+		prev := t.eff
+		t.eff = &eff
+		defer func() { t.eff = prev }()
+		if err := fn(t); err != nil {
+			return err
+		}
+		return t.settle(ctx)
+	})
+	return eff, err
+}
+
+// reader returns where read-only queries go: the caller's transaction, or
+// the read pool (SQLite's read-only connections never wait for the writer).
+func (h handle) reader() querier {
+	if h.tx != nil {
+		return h.tx
+	}
+	return readPool{h.db.core}
+}
+
+// now is the transaction's time, or the clock's for a read outside one.
+func (h handle) now() time.Time {
+	if h.tx != nil {
+		return h.tx.now
+	}
+	return h.db.now()
+}
+
+// querier is what read helpers run on.
+type querier interface {
+	query(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	queryRow(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+type readPool struct{ c *core }
+
+func (p readPool) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	rows, err := p.c.read.QueryContext(ctx, p.c.bind(q), args...)
+	return rows, p.c.dialect.wrap(err)
+}
+
+func (p readPool) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	return p.c.read.QueryRowContext(ctx, p.c.bind(q), args...)
+}
+
+// txn is the internal side of a write transaction.
+type txn struct {
+	db  *DB
+	tx  *sql.Tx
+	now time.Time
+	eff *Effects
+	// locked are the runs whose rows this transaction holds (PostgreSQL:
+	// SELECT … FOR UPDATE), so job changes in a run are serialized and the
+	// needs and roll-up checks see every committed sibling.
+	locked map[string]bool
+	// ended are the jobs that reached a terminal status and wait for settle.
+	ended []movedJob
+	// dirty are runs to roll up at settle.
+	dirty map[string]bool
+	// wanted are statements to prepare once the transaction ended.
+	wanted []string
+	// ctx, when set, replaces the contexts operations pass to statements
+	// (combined SQLite transactions must not be interrupted by one caller).
+	ctx context.Context
+}
+
+func (t *txn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
+	if st := t.stmt(ctx, q); st != nil {
+		res, err := st.ExecContext(ctx, args...)
+		return res, t.db.dialect.wrap(err)
+	}
+	res, err := t.tx.ExecContext(ctx, t.db.bind(q), args...)
+	return res, t.db.dialect.wrap(err)
+}
+
+func (t *txn) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
+	if st := t.stmt(ctx, q); st != nil {
+		rows, err := st.QueryContext(ctx, args...)
+		return rows, t.db.dialect.wrap(err)
+	}
+	rows, err := t.tx.QueryContext(ctx, t.db.bind(q), args...)
+	return rows, t.db.dialect.wrap(err)
+}
+
+func (t *txn) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
+	if st := t.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return t.tx.QueryRowContext(ctx, t.db.bind(q), args...)
+}
+
+// stmt returns the transaction's handle on a cached prepared statement, or
+// nil to run q unprepared this time. Only SQLite caches: parsing a statement
+// costs about as much as running it there, and its one writer connection
+// keeps every cached statement hot. pgx already caches prepared statements
+// per PostgreSQL connection by SQL text.
+func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt {
+	if t.db.dialect.name() != "sqlite" {
+		return nil
+	}
+	if v, ok := t.db.stmts.Load(q); ok {
+		return t.tx.StmtContext(ctx, v.(*sql.Stmt))
+	}
+	// The transaction holds the only writer connection, so the statement
+	// is prepared after it ends (see prepareWanted).
+	if t.db.nstmts.Load() < maxPrepared {
+		t.wanted = append(t.wanted, q)
+	}
+	return nil
+}
+
+// maxPrepared bounds the statement cache; statements with expanded IN lists
+// vary, and past the bound they simply run unprepared.
+const maxPrepared = 512
+
+// prepareWanted prepares, on the now free writer connection, the statements
+// a transaction ran unprepared.
+func (c *core) prepareWanted(ctx context.Context, qs []string) {
+	for _, q := range qs {
+		if _, ok := c.stmts.Load(q); ok || c.nstmts.Load() >= maxPrepared {
+			continue
+		}
+		st, err := c.write.PrepareContext(ctx, q)
+		if err != nil {
+			continue // the unprepared path reports errors
+		}
+		if _, loaded := c.stmts.LoadOrStore(q, st); loaded {
+			_ = st.Close()
+			continue
+		}
+		c.nstmts.Add(1)
+	}
+}
+
+// bind rewrites ? placeholders for the dialect, caching static statements.
+func (c *core) bind(q string) string {
+	if !c.dialect.dollarParams() {
+		return q
+	}
+	if v, ok := c.rebound.Load(q); ok {
+		return v.(string)
+	}
+	out := rebind(q)
+	// Statements with expanded IN lists vary in length; cache only the
+	// shorter, static ones so the map stays small.
+	if len(q) < 4096 {
+		c.rebound.Store(q, out)
+	}
+	return out
+}
+
+// rebind turns ? into $1, $2, … outside quoted literals.
+func rebind(q string) string {
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	inQuote := false
+	for i := 0; i < len(q); i++ {
+		ch := q[i]
+		switch {
+		case ch == '\'':
+			inQuote = !inQuote
+			b.WriteByte(ch)
+		case ch == '?' && !inQuote:
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+		default:
+			b.WriteByte(ch)
+		}
+	}
+	return b.String()
+}
+
+// marks returns "?, ?, ?" for n placeholders.
+func marks(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// anys converts strings to query arguments.
+func anys[T ~string](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = string(x)
+	}
+	return out
+}
