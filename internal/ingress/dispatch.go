@@ -82,9 +82,17 @@ func dispatchEvent(ctx context.Context, fs *forge.Source, repo forge.Repo, r Dis
 		}
 		ev.DefaultBranch = fs.Generic.DefaultBranch
 	case forge.KindLocal:
-		if ev.Repository == "" {
-			ev.Repository = fs.Name
+		// The repository knows its default branch: a dispatch without a
+		// ref runs on it, like a push of it would.
+		push, err := forge.LocalEvent(ctx, fs, forge.LocalPush{Ref: r.Ref}, forge.Options{})
+		if err != nil {
+			return nil, permanent{err}
 		}
+		push.Name, push.Actor, push.ChangedFiles, push.ChangedFilesStatus = kiln.EventDispatch, r.Actor, nil, ""
+		if r.Repository != "" {
+			push.Repository = r.Repository
+		}
+		return push, nil
 	}
 	if ev.Repository == "" {
 		return nil, permanent{kiln.Errorf(kiln.CodeInvalid, "name the repository (owner/name) to dispatch on source %s", fs.Name)}
