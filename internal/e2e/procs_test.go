@@ -151,7 +151,8 @@ type serverProc struct {
 	dataDir string
 	port    int
 	args    []string
-	stdout  *lineWriter
+	stdout  *lineWriter // of the latest start
+	admin   string      // the admin token, once read
 }
 
 // startServerProc starts `kiln server` on 127.0.0.1:port (0: a free one)
@@ -222,12 +223,24 @@ func (s *serverProc) restart(t testing.TB) {
 // start.
 func (s *serverProc) adminToken(t testing.TB) string {
 	t.Helper()
-	for _, l := range s.stdout.lines() {
+	if s.admin != "" {
+		return s.admin
+	}
+	if tok := printedToken(s.stdout.lines()); tok != "" {
+		s.admin = tok
+		return tok
+	}
+	t.Fatalf("kiln server printed no admin token; stdout:\n%s", strings.Join(s.stdout.lines(), "\n"))
+	return ""
+}
+
+// printedToken is the admin token among a server's stdout lines.
+func printedToken(lines []string) string {
+	for _, l := range lines {
 		if f := strings.TrimSpace(l); strings.HasPrefix(f, store.AdminTokenPrefix) {
 			return f
 		}
 	}
-	t.Fatalf("kiln server printed no admin token; stdout:\n%s", strings.Join(s.stdout.lines(), "\n"))
 	return ""
 }
 
