@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	eng.Attach(fl)
 	proc := ingress.New(eng.DB(), eng, sources, ingress.Config{
-		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, Logger: log.With("part", "ingress"),
+		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
 	})
 	reporter := newStatusReporter(eng, sources, cfg.PublicURL, log.With("part", "statuses"))
 	scheduler := ingress.NewScheduler(eng.DB(), eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
