@@ -2,13 +2,20 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/forge/forgetest"
+	"github.com/kilnci/kiln/internal/store"
 )
 
 // procClient is an API client of a server process with its admin token.
@@ -72,5 +79,87 @@ jobs:
 	}
 	if agent.exited() {
 		t.Fatal("the agent process exited")
+	}
+}
+
+// gatedAPI fronts a fake GitHub: requests for repository contents wait
+// until the gate opens (or the caller goes away), so a test can hold a
+// delivery in the middle of its processing. seen is closed by the first
+// request that waits.
+type gatedAPI struct {
+	*httptest.Server
+	gate chan struct{}
+	seen chan struct{}
+	once sync.Once
+}
+
+func newGatedAPI(t testing.TB, gh *forgetest.GitHub) *gatedAPI {
+	g := &gatedAPI{gate: make(chan struct{}), seen: make(chan struct{})}
+	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/contents/") {
+			g.once.Do(func() { close(g.seen) })
+			select {
+			case <-g.gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		gh.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(g.Close)
+	return g
+}
+
+// A server killed (SIGKILL) right after it answered 202 — while the
+// delivery is being processed — processes it after the restart, exactly
+// once: one run, and the real agent runs it.
+func TestWebhookAcceptedBeforeACrashIsProcessedOnceAfterRestart(t *testing.T) {
+	t.Parallel()
+	gh := forgetest.NewGitHub(t)
+	gh.Token = ghAPIToken
+	gh.SetFiles(ghRepo, ghPushSHA, "master", map[string]string{workflow("ci"): `on: push
+jobs:
+  hello:
+    checkout: false
+    steps:
+      - run: echo hello from ${{ event.sha }}
+`})
+	gated := newGatedAPI(t, gh)
+	srv := startServerProc(t, t.TempDir(), 0, "--set", "webhooks.claim_lease=2s")
+	c := procClient(t, srv)
+	src := forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+		APIBase: gated.URL, Token: ghAPIToken, WebhookSecret: ghSecret}}
+	if _, err := c.AddSource(bg, src); err != nil {
+		t.Fatal(err)
+	}
+	secret, _ := agentToken(t, c, api.CreateTokenRequest{})
+	startAgent(t, srv.URL, secret, agentOpts{id: "after-crash"})
+
+	code, out := sendGitHub(t, srv.URL+"/webhook/github/gh", "push", "crash-1", ghPayload(t, "push.with-new-branch.payload.json"), ghSecret)
+	id := acceptedDelivery(t, code, out)
+	select {
+	case <-gated.seen:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server never read the workflows")
+	}
+	srv.signal(t, syscall.SIGKILL)
+	srv.wait(t, 10*time.Second)
+	close(gated.gate)
+	restarted := time.Now()
+	srv.restart(t)
+
+	d := waitDelivery(t, c, id)
+	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 || d.ProcessedAt == nil || d.ProcessedAt.Before(restarted) {
+		t.Fatalf("delivery after the restart: %s", describeDelivery(d))
+	}
+	run := waitRun(t, c, d.Runs[0].ID, time.Minute)
+	if run.Status != kiln.RunSuccess || run.SHA != ghPushSHA {
+		t.Fatalf("%s", describeRun(run))
+	}
+	if n := runCount(t, c); n != 1 {
+		t.Fatalf("%d runs, want exactly 1", n)
+	}
+	if say := texts(logLines(t, c, run.ID, "hello", intp(0))); len(say) != 1 || say[0] != "hello from "+ghPushSHA {
+		t.Fatalf("the step said %q", say)
 	}
 }
