@@ -256,3 +256,88 @@ func agentByID(t testing.TB, c *api.Client, id string) (api.Agent, bool) {
 	}
 	return api.Agent{}, false
 }
+
+// waitConnected waits until the agent is listed connected and returns it.
+func waitConnected(t testing.TB, c *api.Client, id string) api.Agent {
+	t.Helper()
+	var a api.Agent
+	waitFor(t, 30*time.Second, "agent "+id+" to be connected", func() (bool, string) {
+		var ok bool
+		a, ok = agentByID(t, c, id)
+		return ok && a.Connected, fmt.Sprintf("%+v", a)
+	})
+	return a
+}
+
+// waitLog waits until a process has written want.
+func waitLog(t testing.TB, p *proc, want string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, p.name+" to log "+want, func() (bool, string) {
+		return strings.Contains(p.log.String(), want), tail(p.log.String(), 5)
+	})
+}
+
+// Two agents claiming one id with different tokens: the second gets
+// AGENT_ID_IN_USE and a retryable close (4003), and the first keeps its
+// registration and its running job untouched. The same token reconnecting
+// replaces the older connection (which stops: close 4009), and once the id
+// is free a new token may take it.
+//
+// Seed checklist items 63 (AGENT_ID_IN_USE) and 64 (same-token
+// reconnects and a new token after the old connection closed are
+// accepted).
+func TestAgentIDClaimedWithAnotherTokenIsRefusedAndTheHolderIsUntouched(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	localRun(t, s, map[string]string{"held": fmt.Sprintf(`on: push
+jobs:
+  held:
+    runs_on: [twin]
+    steps:
+      - run: while [ ! -f %s ]; do sleep 0.02; done; echo released
+`, gate)})
+	secretA, tokenA := agentToken(t, s.Client, api.CreateTokenRequest{Name: "a"})
+	secretB, tokenB := agentToken(t, s.Client, api.CreateTokenRequest{Name: "b"})
+	holder := startAgent(t, s.URL, secretA, agentOpts{id: "twin", labels: "twin"})
+	before := waitConnected(t, s.Client, "twin")
+	run := triggerOne(t, s.Client, "app")
+	waitJob(t, s.Client, run.ID, "held", 30*time.Second, "running on twin", jobIs(kiln.JobRunning))
+
+	impostor := startAgent(t, s.URL, secretB, agentOpts{id: "twin", labels: "twin"})
+	waitLog(t, impostor, "close 4003: agent id twin is in use by a connection authenticated with another token")
+	after, _ := agentByID(t, s.Client, "twin")
+	if !after.Connected || after.TokenID != tokenA || !after.ConnectedAt.Equal(*before.ConnectedAt) || after.ActiveJobs != 1 {
+		t.Fatalf("the holder's registration changed: before %+v, after %+v (token a is %s)", before, after, tokenA)
+	}
+	if impostor.exited() {
+		t.Fatal("AGENT_ID_IN_USE is retryable, but the refused agent stopped")
+	}
+	impostor.kill()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run = waitRun(t, s.Client, run.ID, time.Minute)
+	if j := mustJob(t, run, "held"); j.Status != kiln.JobSuccess || j.Attempt != 1 || j.Dispatches != 1 || j.AgentID != "twin" {
+		t.Fatalf("the holder's job was disturbed: %s", describeRun(run))
+	}
+
+	// The same token reconnecting replaces the old connection, which
+	// stops for good (exit 0).
+	successor := startAgent(t, s.URL, secretA, agentOpts{id: "twin", labels: "twin"})
+	if code := holder.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("the superseded agent exited %d", code)
+	}
+	waitLog(t, holder, "a newer connection of this agent took over")
+	waitConnected(t, s.Client, "twin")
+	successor.signal(t, syscall.SIGTERM) // drains and exits
+	if code := successor.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("the drained agent exited %d", code)
+	}
+	// Once the id is free, another token may take it.
+	startAgent(t, s.URL, secretB, agentOpts{id: "twin", labels: "twin"})
+	waitFor(t, 30*time.Second, "twin to be connected with token b", func() (bool, string) {
+		a, _ := agentByID(t, s.Client, "twin")
+		return a.Connected && a.TokenID == tokenB, fmt.Sprintf("%+v", a)
+	})
+}

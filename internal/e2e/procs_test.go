@@ -47,6 +47,7 @@ func startProc(t testing.TB, name string, env []string, args ...string) *proc {
 	p.cmd = exec.Command(kilnBin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -84,14 +85,16 @@ func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 	}
 }
 
-// kill sends SIGKILL and waits for the process to be gone.
+// kill sends SIGKILL to the process and to its process group, and waits
+// for it to be gone. The group holds what it started without a group of
+// its own (an agent's git); steps run in groups of their own, under a
+// supervisor that kills them when the agent dies.
 func (p *proc) kill() {
-	if p.exited() {
-		return
+	if !p.exited() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too, but be sure
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 }
 
 // wait waits up to d for the process to exit and returns its exit code.
@@ -187,6 +190,7 @@ func (s *serverProc) start(t testing.TB) {
 	p := &proc{name: "server", log: newLogFile(t, "server"), done: make(chan struct{})}
 	p.cmd = exec.Command(kilnBin, s.args...)
 	p.cmd.Env = baseEnv(t)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.cmd.Stdout, p.cmd.Stderr = multi{s.stdout, p.log}, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start kiln server: %v", err)
