@@ -12,6 +12,7 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/server"
 )
 
 const multiStepWorkflow = `name: build
@@ -340,4 +341,68 @@ jobs:
 		a, _ := agentByID(t, s.Client, "twin")
 		return a.Connected && a.TokenID == tokenB, fmt.Sprintf("%+v", a)
 	})
+}
+
+// An agent that falls silent (SIGSTOP) while it runs a job: the heartbeat
+// monitor first reports it unhealthy (the job still runs), then drops it —
+// its job enters recovery before the agent leaves the list, never after —
+// and closes its socket with 4004. Resumed (SIGCONT) inside the recovery
+// window, the agent reconnects, keeps its job and finishes it: one
+// dispatch, one attempt, every log line once.
+//
+// Seed checklist item 69 (the heartbeat monitor's ordering).
+func TestSilentAgentIsMarkedUnhealthyThenDroppedAndRecoversItsJob(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) {
+		c.Agents.UnhealthyAfter, c.Agents.DropAfter, c.Agents.RecoveryWindow = time.Second, 2500*time.Millisecond, 20*time.Second
+	})
+	const n = 60
+	localRun(t, s, map[string]string{"slow": fmt.Sprintf(`on: push
+jobs:
+  slow:
+    steps:
+      - run: for i in $(seq 1 %d); do echo $i; sleep 0.1; done
+`, n)})
+	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
+	agent := startAgent(t, s.URL, secret, agentOpts{id: "sleepy"})
+	run := triggerOne(t, s.Client, "app")
+	waitJob(t, s.Client, run.ID, "slow", 30*time.Second, "running", jobIs(kiln.JobRunning))
+	agent.signal(t, syscall.SIGSTOP)
+
+	sawUnhealthy := false
+	waitFor(t, 30*time.Second, "the silent agent to be dropped", func() (bool, string) {
+		a, _ := agentByID(t, s.Client, "sleepy")
+		j := mustJob(t, getRun(t, s.Client, run.ID), "slow")
+		switch a.State {
+		case api.AgentUnhealthy:
+			if j.Status != kiln.JobRunning {
+				t.Fatalf("the job of an agent that is only unhealthy left running: %s", j.Status)
+			}
+			sawUnhealthy = true
+		case api.AgentDisconnected:
+			// The job was handed to recovery before the agent left.
+			if j.Status != kiln.JobRecovering {
+				t.Fatalf("the agent is gone but its job is %s", j.Status)
+			}
+			return true, ""
+		}
+		return false, fmt.Sprintf("agent %s, job %s", a.State, j.Status)
+	})
+	if !sawUnhealthy {
+		t.Fatal("the agent was dropped without being reported unhealthy first")
+	}
+	if !strings.Contains(s.log.String(), "cause=heartbeat_timeout") {
+		t.Fatal("the server log does not say the agent was dropped for its heartbeat")
+	}
+	agent.signal(t, syscall.SIGCONT)
+	waitLog(t, agent, "close 4004")
+	run = waitRun(t, s.Client, run.ID, time.Minute)
+	j := mustJob(t, run, "slow")
+	if run.Status != kiln.RunSuccess || j.Attempt != 1 || j.Dispatches != 1 || j.AgentID != "sleepy" {
+		t.Fatalf("the job was not recovered: %s (dispatches %d)", describeRun(run), j.Dispatches)
+	}
+	lines := texts(logLines(t, s.Client, run.ID, "slow", intp(0)))
+	if len(lines) != n || lines[0] != "1" || lines[n-1] != fmt.Sprint(n) {
+		t.Fatalf("the log holds %d lines: %q…", len(lines), lines[:min(5, len(lines))])
+	}
 }
