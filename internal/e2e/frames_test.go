@@ -231,7 +231,9 @@ jobs:
 		{name: "heartbeat before register", setup: func(r *rawAgent, _ string) {
 			r.send(&proto.Auth{Token: secret, ProtocolVersion: proto.Version})
 			expectFrame[*proto.AuthOK](r)
-		}, frame: func(*rawAgent) []byte { return frame("heartbeat", 0, `{"time":"2026-01-01T00:00:00Z","active_jobs":0}`) },
+		}, frame: func(*rawAgent) []byte {
+			return frame("heartbeat", 0, `{"time":"2026-01-01T00:00:00Z","active_jobs":0}`)
+		},
 			code: proto.CloseInvalidMessage, errors: proto.ErrNotRegistered, says: "register must follow auth.ok"},
 		{name: "malformed after register", setup: registered, frame: func(*rawAgent) []byte { return []byte(`{"type":"log","seq":1,"data":{"lines":[`) },
 			code: proto.CloseInvalidMessage, errors: proto.ErrInvalidMessage, says: "not a JSON object"},
