@@ -259,8 +259,13 @@ jobs:
 		{name: "binary frame", setup: registered, binary: true, frame: func(*rawAgent) []byte { return status(1) },
 			code: proto.CloseInvalidMessage, errors: proto.ErrInvalidMessage, says: "not binary"},
 		{name: "oversized", setup: registered, frame: func(*rawAgent) []byte {
-			return frame("log", 1, fmt.Sprintf(`{"job_id":%q,"lease_epoch":1,"step":0,"lines":[{"seq":1,"stream":"stdout","text":%q,"time_ms":1}]}`,
-				steady.ID, strings.Repeat("x", 100<<10)))
+			// One byte over the limit: the orchestrator reads all of it
+			// before refusing, so the refusal is not lost to a reset.
+			f := func(n int) []byte {
+				return frame("log", 1, fmt.Sprintf(`{"job_id":%q,"lease_epoch":1,"step":0,"lines":[{"seq":1,"stream":"stdout","text":%q,"time_ms":1}]}`,
+					steady.ID, strings.Repeat("x", n)))
+			}
+			return f(64<<10 + 1 - len(f(0)))
 		}, code: int(websocket.StatusMessageTooBig), says: "read limited at"},
 	}
 	for i, tc := range cases {
