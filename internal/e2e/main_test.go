@@ -63,7 +63,7 @@ func buildKiln(dir string) (string, error) {
 }
 
 // poll is how often the tests look again at what they wait for.
-const poll = 25 * time.Millisecond
+const poll = 50 * time.Millisecond
 
 // waitFor polls cond until it holds, failing the test with what and the
 // last state cond described once d has passed. Tests wait on processes

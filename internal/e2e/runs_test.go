@@ -376,9 +376,10 @@ func TestWorkflowTimeoutStopsTheRun(t *testing.T) {
 	pids := t.TempDir()
 	killLeftovers(t, pids)
 	localRun(t, s, map[string]string{"slow": `on: push
-timeout: 2s
+timeout: 6s
 jobs:
   slow:
+    checkout: false
     steps:
       - run: echo $$ > ` + pids + `/slow.pid; sleep 600
   after:
@@ -389,9 +390,11 @@ jobs:
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	startAgent(t, s.URL, secret, agentOpts{id: "patient"})
 	run := triggerOne(t, s.Client, "app")
-	waitFor(t, 30*time.Second, "the slow step to start", func() (bool, string) { return readPids(t, pids)["slow"] != 0, "" })
+	waitFor(t, 30*time.Second, "the slow step to start", func() (bool, string) {
+		return readPids(t, pids)["slow"] != 0, describeRun(getRun(t, s.Client, run.ID))
+	})
 	run = waitRun(t, s.Client, run.ID, time.Minute)
-	if run.Status != kiln.RunCancelled || !strings.Contains(run.CancelReason, "timeout of 2s") {
+	if run.Status != kiln.RunCancelled || !strings.Contains(run.CancelReason, "timeout of 6s") {
 		t.Fatalf("%s: reason %q does not say the workflow timed out", describeRun(run), run.CancelReason)
 	}
 	if run.FinishedAt.Sub(*run.StartedAt) > 30*time.Second {
