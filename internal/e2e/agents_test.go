@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -405,4 +406,50 @@ jobs:
 	if len(lines) != n || lines[0] != "1" || lines[n-1] != fmt.Sprint(n) {
 		t.Fatalf("the log holds %d lines: %q…", len(lines), lines[:min(5, len(lines))])
 	}
+}
+
+// With local_agents the server starts its own agent processes (the kiln
+// binary, labelled local plus OS and architecture), so a newcomer's server
+// runs jobs with nothing else installed; they stop with the server.
+func TestServerRunsJobsOnItsLocalAgents(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) { c.LocalAgents = 1 })
+	localRun(t, s, map[string]string{"ci": `on: push
+jobs:
+  here:
+    runs_on: [local, linux]
+    steps:
+      - run: echo "on $(hostname)"
+`})
+	run := waitRun(t, s.Client, triggerOne(t, s.Client, "app").ID, time.Minute)
+	if j := mustJob(t, run, "here"); run.Status != kiln.RunSuccess || j.AgentID != "local-1" {
+		t.Fatalf("%s", describeRun(run))
+	}
+	if !localAgentRunning(s.Config.DataDir) {
+		t.Fatal("no local agent process found")
+	}
+	s.stop()
+	waitFor(t, 30*time.Second, "the local agent process to stop with the server", func() (bool, string) {
+		return !localAgentRunning(s.Config.DataDir), ""
+	})
+}
+
+// localAgentRunning reports whether a kiln agent process with a state
+// directory under dataDir runs.
+func localAgentRunning(dataDir string) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmd := string(b)
+		if strings.Contains(cmd, "agent\x00") && strings.Contains(cmd, filepath.Join(dataDir, "agents")) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			if alive(pid) {
+				return true
+			}
+		}
+	}
+	return false
 }

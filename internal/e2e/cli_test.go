@@ -168,10 +168,11 @@ jobs:
 		t.Fatalf("tokens: %+v", tokens)
 	}
 	agent := startAgent(t, srv.URL, secret, agentOpts{id: "box-1", labels: "box"})
-	waitFor(t, 30*time.Second, "kiln agents list to show box-1 connected", func() (bool, string) {
-		res := o.run(0, "agents", "list")
-		return strings.Contains(res.stdout, "box-1") && strings.Contains(res.stdout, "connected"), res.stdout
-	})
+	c := procClient(t, srv) // to wait on; every check below is the CLI's
+	waitConnected(t, c, "box-1")
+	if res := o.run(0, "agents", "list"); !strings.Contains(res.stdout, "box-1") || !strings.Contains(res.stdout, "connected") {
+		t.Fatalf("agents list: %s", res)
+	}
 
 	// A push, its log followed live.
 	res = o.run(0, "trigger", "app", "--ref", "main")
@@ -248,21 +249,20 @@ jobs:
 		t.Fatalf("the drained agent exited %d", code)
 	}
 	o.run(0, "trigger", "app", "--ref", "main")
-	waitFor(t, 30*time.Second, "kiln queue to say why the new job waits", func() (bool, string) {
-		res := o.run(0, "queue")
-		return strings.Contains(res.stdout, "build") && strings.Contains(res.stdout, "#4") &&
-			strings.Contains(res.stdout, "box"), res.stdout
-	})
+	waitJob(t, c, "4", "build", 30*time.Second, "waiting with a reason", func(j api.Job) bool { return j.PendingReason != "" })
+	if res := o.run(0, "queue"); !strings.Contains(res.stdout, "build") || !strings.Contains(res.stdout, "#4") || !strings.Contains(res.stdout, "box") {
+		t.Fatalf("queue: %s", res)
+	}
 	if res := o.run(0, "agents", "list"); !strings.Contains(res.stdout, "disconnected") {
 		t.Fatalf("agents list after the drain: %s", res)
 	}
 	// Another agent with the same token takes it; revoking the token
 	// disconnects that agent, which stops for good.
 	agent = startAgent(t, srv.URL, secret, agentOpts{id: "box-2", labels: "box"})
-	waitFor(t, time.Minute, "the waiting run to succeed on the new agent", func() (bool, string) {
-		res := o.run(0, "runs", "show", "4")
-		return strings.Contains(res.stdout, "run #4  success") && strings.Contains(res.stdout, "box-2"), res.stdout
-	})
+	waitRun(t, c, "4", time.Minute)
+	if res := o.run(0, "runs", "show", "4"); !strings.Contains(res.stdout, "run #4  success") || !strings.Contains(res.stdout, "box-2") {
+		t.Fatalf("the waiting run after a new agent came: %s", res)
+	}
 	if res := o.run(0, "tokens", "revoke", tokens[0].ID); !strings.Contains(res.stdout, "revoked") {
 		t.Fatalf("tokens revoke: %s", res)
 	}
@@ -391,5 +391,33 @@ jobs:
 	}
 	if res := kilnCmd(t, t.TempDir(), nil, "run"); res.code != 2 {
 		t.Fatalf("kiln run outside a repository: %s", res)
+	}
+}
+
+// kiln lint checks a repository's workflows with the server's own code:
+// exit 0 when they are valid, 1 with file:line:col for each problem, 2
+// when there is nothing to check; --explain says which workflows GitHub's
+// push payload would start.
+func TestKilnLint(t *testing.T) {
+	t.Parallel()
+	repo := newRepo(t, ghWorkflows("/nonexistent/gate"))
+	if res := kilnCmd(t, repo.dir, nil, "lint"); res.code != 0 || !strings.Contains(res.stdout, "ci.yml: ok") {
+		t.Fatalf("kiln lint of valid workflows: %s", res)
+	}
+	payload, err := filepath.Abs(filepath.Join("..", "trigger", "testdata", "github", "push.with-new-branch.payload.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := kilnCmd(t, repo.dir, nil, "lint", "--explain", payload, "--event", "push")
+	if res.code != 0 || !strings.Contains(res.stdout, "ci") || !strings.Contains(res.stdout, "master") {
+		t.Fatalf("kiln lint --explain: %s", res)
+	}
+	repo.commit(t, "break", map[string]string{workflow("bad"): "on: push\njobs:\n  a:\n    needs: [b]\n    steps:\n      - run: x\n"})
+	res = kilnCmd(t, repo.dir, nil, "lint")
+	if res.code != 1 || !strings.Contains(res.stdout+res.stderr, ".kiln/workflows/bad.yml:4:") {
+		t.Fatalf("kiln lint of a broken workflow: %s", res)
+	}
+	if res := kilnCmd(t, t.TempDir(), nil, "lint"); res.code != 2 {
+		t.Fatalf("kiln lint with no workflows: %s", res)
 	}
 }
