@@ -33,11 +33,38 @@ type proc struct {
 // a private HOME and TMPDIR (an agent's job directories go there), no
 // kiln settings and no git configuration of the machine.
 func baseEnv(t testing.TB) []string {
-	home := t.TempDir()
+	home := scratchDir(t)
 	return []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home, "LANG=C",
 		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
 	}
+}
+
+// scratchDir is a temporary directory for a process's files. Unlike
+// t.TempDir it tolerates a step the killed agent left behind still
+// writing into it for a moment: removal is retried, and only logged if it
+// keeps failing.
+func scratchDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kiln-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Logf("could not remove %s: %v", dir, err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return dir
 }
 
 // startProc starts the kiln binary with args.
@@ -124,7 +151,7 @@ type agentOpts struct {
 func startAgent(t testing.TB, url, token string, o agentOpts) *proc {
 	t.Helper()
 	if o.stateDir == "" {
-		o.stateDir = t.TempDir()
+		o.stateDir = scratchDir(t)
 	}
 	args := []string{"agent", "--server", url, "--state-dir", o.stateDir}
 	if o.id != "" {
