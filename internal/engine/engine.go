@@ -64,6 +64,7 @@ type Engine struct {
 
 	mu         sync.Mutex
 	dispatcher Dispatcher
+	hooks      Hooks
 	watchers   map[chan store.RunChange]struct{}
 	cancelAt   map[string]time.Time // run id → when a graceful cancel was asked
 	unroutable map[string]time.Time // job id → since when no known agent could run it
@@ -92,6 +93,26 @@ func (e *Engine) Attach(d Dispatcher) {
 	e.mu.Unlock()
 }
 
+// Hooks are told what the engine does, for metrics. They are called
+// synchronously on the engine's paths (the fleet's commit loop among them),
+// so they must be quick, must not block and must not call the engine. A nil
+// field is not called.
+type Hooks struct {
+	// Applied receives every Effects the engine applies: jobs queued and
+	// finished, runs whose status changed.
+	Applied func(store.Effects)
+	// Unroutable receives how many queued jobs the unroutable probe failed
+	// (not those the queue expiry found unroutable).
+	Unroutable func(jobs int)
+}
+
+// SetHooks installs the hooks, replacing any installed before.
+func (e *Engine) SetHooks(h Hooks) {
+	e.mu.Lock()
+	e.hooks = h
+	e.mu.Unlock()
+}
+
 // Apply acts on what a store operation committed: queued jobs are offered to
 // agents, jobs to cancel are cancelled on their agents, run changes are
 // published to watchers. Callers pass every Effects they get from the store.
@@ -102,8 +123,11 @@ func (e *Engine) Apply(eff store.Effects) {
 // apply is Apply with the reason given to agents told to cancel jobs.
 func (e *Engine) apply(eff store.Effects, cancelReason string) {
 	e.mu.Lock()
-	d := e.dispatcher
+	d, applied := e.dispatcher, e.hooks.Applied
 	e.mu.Unlock()
+	if applied != nil {
+		applied(eff)
+	}
 	if d != nil {
 		if len(eff.Queued) > 0 {
 			d.Wake(eff.Queued)

@@ -169,6 +169,12 @@ func (e *Engine) sweepUnroutable(ctx context.Context) error {
 			return err
 		}
 		e.log.Warn("jobs no agent can run failed as unroutable", "requirement", k, "jobs", len(res.Jobs))
+		e.mu.Lock()
+		unroutable := e.hooks.Unroutable
+		e.mu.Unlock()
+		if unroutable != nil && len(res.Jobs) > 0 {
+			unroutable(len(res.Jobs))
+		}
 		e.Apply(res.Effects)
 	}
 	return nil

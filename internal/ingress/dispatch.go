@@ -17,11 +17,18 @@ type DispatchRequest struct {
 	Workflow   string         `json:"workflow"`             // file name, e.g. deploy.yml, or its base name
 	Ref        string         `json:"ref,omitempty"`        // branch or tag; default: the default branch
 	Inputs     map[string]any `json:"inputs,omitempty"`
-	Actor      string         `json:"actor,omitempty"` // set by the API from the token, never taken from a request
+	Actor      string         `json:"-"` // set by the API from the token, never taken from a request
 }
 
 // TriggerRequest is a push to a local source (kiln trigger, the hook).
 type TriggerRequest = forge.LocalPush
+
+// storedDispatch is a dispatch as its delivery keeps it: the request, and
+// the actor the API vouched for (which the request's JSON never carries).
+type storedDispatch struct {
+	DispatchRequest
+	Actor string `json:"actor,omitempty"`
+}
 
 // Dispatch records a manual dispatch as a delivery and hands it to the
 // workers; the caller can Wait for its outcome.
@@ -29,7 +36,7 @@ func (p *Processor) Dispatch(ctx context.Context, r DispatchRequest) (int64, err
 	if strings.TrimSpace(r.Workflow) == "" {
 		return 0, kiln.Errorf(kiln.CodeInvalid, "name the workflow to dispatch (e.g. deploy.yml)")
 	}
-	return p.record(ctx, r.Source, kindDispatch, "dispatch", r)
+	return p.record(ctx, r.Source, kindDispatch, "dispatch", storedDispatch{DispatchRequest: r, Actor: r.Actor})
 }
 
 // Trigger records a push to a local source as a delivery.
@@ -59,6 +66,7 @@ func (p *Processor) record(ctx context.Context, source, kind, event string, body
 	if err != nil {
 		return 0, err
 	}
+	p.recorded(st.Name, event, false)
 	p.Notify(id)
 	return id, nil
 }

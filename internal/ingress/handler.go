@@ -28,13 +28,13 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 	kind := forge.Kind(r.PathValue("kind"))
 	name := r.PathValue("source")
 	if !kind.Valid() || kind == forge.KindLocal {
-		writeError(w, kiln.Errorf(kiln.CodeNotFound, "there are no %q webhooks; kinds are github, gitea and generic", kind))
+		p.refuse(w, kiln.Errorf(kiln.CodeNotFound, "there are no %q webhooks; kinds are github, gitea and generic", kind))
 		return
 	}
 	st, fs, err := p.sources.ByName(r.Context(), name)
 	if err != nil {
 		p.log.Error("webhook: source lookup failed", "source", name, "err", err)
-		writeError(w, kiln.Errorf(kiln.CodeUnavailable, "the source could not be read; try again"))
+		p.refuse(w, kiln.Errorf(kiln.CodeUnavailable, "the source could not be read; try again"))
 		return
 	}
 	if fs != nil && fs.Kind != kind {
@@ -43,7 +43,7 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 	d, err := forge.Receive(r, kind, fs, p.cfg.MaxBodyBytes)
 	if err != nil {
 		p.log.Warn("webhook refused", "kind", kind, "source", name, "remote", r.RemoteAddr, "err", err)
-		writeError(w, err)
+		p.refuse(w, err)
 		return
 	}
 	dedup := d.ID
@@ -57,15 +57,25 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		p.log.Error("webhook: recording the delivery failed", "source", name, "err", err)
-		writeError(w, kiln.Errorf(kiln.CodeUnavailable, "the delivery could not be stored; please redeliver"))
+		p.refuse(w, kiln.Errorf(kiln.CodeUnavailable, "the delivery could not be stored; please redeliver"))
 		return
 	}
+	p.recorded(st.Name, d.Event, dup)
 	if dup {
 		writeJSON(w, http.StatusAccepted, map[string]any{"delivery": id, "duplicate": true})
 		return
 	}
 	p.Notify(id)
 	writeJSON(w, http.StatusAccepted, map[string]any{"delivery": id, "status": "accepted"})
+}
+
+// refuse answers a webhook request kiln does not record, and tells the
+// Refused hook.
+func (p *Processor) refuse(w http.ResponseWriter, err error) {
+	if p.cfg.Refused != nil {
+		p.cfg.Refused(kiln.ErrorCode(err))
+	}
+	writeError(w, err)
 }
 
 // errorBody is kiln's JSON error shape, shared with the API.

@@ -44,7 +44,7 @@ type fixture struct {
 	clock *storetest.Clock
 }
 
-func newFixture(t *testing.T, url func(testing.TB) string) *fixture {
+func newFixture(t *testing.T, url func(testing.TB) string, opts ...func(*Config)) *fixture {
 	t.Helper()
 	clock := storetest.NewClock()
 	db, err := store.Open(context.Background(), store.Config{URL: url(t), Clock: clock.Now})
@@ -56,7 +56,11 @@ func newFixture(t *testing.T, url func(testing.TB) string) *fixture {
 	gh := forgetest.NewGitHub(t)
 	gh.SetFiles(repo, headSHA, "master", map[string]string{".kiln/workflows/ci.yml": ciYAML})
 	srcs := NewSources(eng.DB(), forge.Options{})
-	proc := New(eng.DB(), eng, srcs, Config{PollInterval: 20 * time.Millisecond})
+	cfg := Config{PollInterval: 20 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	proc := New(eng.DB(), eng, srcs, cfg)
 	st, err := Encode(&forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{APIBase: gh.URL, Token: "t", WebhookSecret: secret}})
 	if err != nil {
 		t.Fatal(err)

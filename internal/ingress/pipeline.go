@@ -181,10 +181,12 @@ func (p *Processor) request(ctx context.Context, fs *forge.Source, repo forge.Re
 		}
 		return &request{event: ev}, outcome{}, nil
 	case kindDispatch:
-		var dr DispatchRequest
-		if err := json.Unmarshal(d.Body, &dr); err != nil {
+		var sd storedDispatch
+		if err := json.Unmarshal(d.Body, &sd); err != nil {
 			return nil, outcome{}, permanent{fmt.Errorf("the dispatch request does not decode: %v", err)}
 		}
+		dr := sd.DispatchRequest
+		dr.Actor = sd.Actor
 		ev, err := dispatchEvent(ctx, fs, repo, dr)
 		if err != nil {
 			return nil, outcome{}, err

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -22,6 +23,17 @@ type Config struct {
 	MaxAttempts  int           // processing attempts before a delivery fails (default 5)
 	Workers      int           // deliveries processed at once (default 4)
 	Logger       *slog.Logger
+	// Recorded, when set, is called for every delivery recorded (a
+	// webhook, a kiln trigger push, a manual dispatch) with its source's
+	// name, its event, and whether it was a duplicate, which is finished
+	// at once. For metrics: it must be quick.
+	Recorded func(source, event string, duplicate bool)
+	// Finished, when set, is called with the outcome of every delivery
+	// this processor finishes (duplicates excepted: see Recorded).
+	Finished func(store.DeliveryStatus)
+	// Refused, when set, is called with the error code of every webhook
+	// request refused (unknown source, bad signature, too large, …).
+	Refused func(kiln.Code)
 }
 
 // Defaults.
@@ -89,6 +101,13 @@ func (p *Processor) Notify(id int64) {
 	select {
 	case p.work <- id:
 	default:
+	}
+}
+
+// recorded tells the Recorded hook about a delivery just recorded.
+func (p *Processor) recorded(source, event string, duplicate bool) {
+	if p.cfg.Recorded != nil {
+		p.cfg.Recorded(source, event, duplicate)
 	}
 }
 
@@ -195,6 +214,9 @@ func (p *Processor) process(ctx context.Context, d store.Delivery) {
 			p.log.Warn("finishing a delivery failed; it will be retried", "delivery", d.ID, "err", err)
 		}
 		return
+	}
+	if p.cfg.Finished != nil {
+		p.cfg.Finished(out.status)
 	}
 	if fin, err := p.db.Ingress().Get(ctx, d.ID); err == nil {
 		p.done(fin)

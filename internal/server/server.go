@@ -19,6 +19,7 @@ import (
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/metrics"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -54,6 +55,8 @@ type Server struct {
 	Ingress    *ingress.Processor
 	Sources    *ingress.Sources
 	Logs       *logstore.Store
+	Metrics    *metrics.Metrics
+	MetricsURL string // where /metrics is served: on URL, or on metrics.listen
 }
 
 // shutdownGrace bounds how long in-flight HTTP requests may take to finish
@@ -115,15 +118,23 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	eng.Attach(fl)
+	reporter := newStatusReporter(eng, sources, cfg.PublicURL, log.With("part", "statuses"))
+	met, err := newMetrics(cfg, eng, fl, reporter.rep, log.With("part", "metrics"))
+	if err != nil {
+		return err
+	}
 	proc := ingress.New(eng.DB(), eng, sources, ingress.Config{
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
+		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
 	})
-	reporter := newStatusReporter(eng, sources, cfg.PublicURL, log.With("part", "statuses"))
 	scheduler := ingress.NewScheduler(eng.DB(), eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", fl.Handler())
 	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
+	if cfg.Metrics.Listen == "" {
+		mux.Handle("GET /metrics", met.Handler())
+	}
 	if err := mountAPI(mux, apiDeps{db: eng.DB(), eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log}); err != nil {
 		return err
 	}
@@ -131,6 +142,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	metricsURL := "http://" + ln.Addr().String() + "/metrics"
+	var metricsLn *metricsListener
+	if cfg.Metrics.Listen != "" {
+		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, met, log); err != nil {
+			ln.Close()
+			return err
+		}
+		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
 	}
 	// Requests run under baseCtx, which ends streamGrace after shutdown
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
@@ -142,9 +162,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	s := &Server{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), AdminToken: admin,
-		DB: eng.DB(), Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs,
+		DB: eng.DB(), Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs, Metrics: met,
+		MetricsURL: metricsURL,
 	}
-	log.Info("kiln server ready", "url", s.URL, "data_dir", cfg.DataDir, "database", db.Dialect(),
+	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
 		"startup", time.Since(started).Round(time.Millisecond))
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -155,6 +176,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return scheduler.Run(gctx) })
+	g.Go(func() error { return met.Run(gctx) })
+	if metricsLn != nil {
+		g.Go(func() error { return metricsLn.Run(gctx) })
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)

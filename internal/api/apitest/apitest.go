@@ -8,6 +8,7 @@ package apitest
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -93,10 +94,14 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	// Requests run under ctx, so cleanup ends streams (log follows) a
+	// failed test left open instead of waiting on them forever.
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	srv.Start()
 	t.Cleanup(func() {
-		srv.Close()
 		cancel()
+		srv.Close()
 		wg.Wait()
 		logs.Close()
 	})
