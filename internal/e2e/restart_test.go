@@ -16,6 +16,7 @@ import (
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/forge/forgetest"
 	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
 // procClient is an API client of a server process with its admin token.
@@ -35,8 +36,21 @@ func procClient(t testing.TB, s *serverProc) *api.Client {
 // 1..N exactly once, in order.
 func TestOrchestratorKilledAndRestartedMidStepKeepsEveryLogLineOnce(t *testing.T) {
 	t.Parallel()
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			var extra []string
+			if b.Name != "sqlite" {
+				extra = []string{"--database", b.URL(t)}
+			}
+			testOrchestratorRestart(t, extra)
+		})
+	}
+}
+
+func testOrchestratorRestart(t *testing.T, extra []string) {
 	const n = 600
-	srv := startServerProc(t, t.TempDir(), 0)
+	srv := startServerProc(t, t.TempDir(), 0, extra...)
 	c := procClient(t, srv)
 	r := newRepo(t, map[string]string{workflow("count"): fmt.Sprintf(`on: push
 jobs:
