@@ -82,15 +82,3 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, stri
 		time.Sleep(poll)
 	}
 }
-
-// never checks for d that cond never holds (for "the job never starts").
-func never(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if ok, state := cond(); ok {
-			t.Fatalf("%s: %s", what, state)
-		}
-		time.Sleep(poll)
-	}
-}

@@ -182,7 +182,7 @@ jobs:
 	if !slices.Equal(got, []string{"build", "flaky", "report"}) {
 		t.Fatalf("the whole rerun ran %q", got)
 	}
-	// A run still going cannot be rerun.
+	// An unknown run cannot be rerun.
 	if _, err := s.Client.RerunRun(bg, "999", false); kiln.ErrorCode(err) != kiln.CodeNotFound {
 		t.Fatalf("rerun of an unknown run: %v", err)
 	}
