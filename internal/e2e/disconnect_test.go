@@ -76,7 +76,9 @@ func TestEveryDisconnectPathReleasesWhatWaitsOnTheFailedJob(t *testing.T) {
 		// stepsDie: the agent process ended, so its step must be gone.
 		stepsDie bool
 	}{
-		{name: "heartbeat timeout", lose: func(t *testing.T, s *kilnServer, runID, pids, secret, _ string) string {
+		{name: "heartbeat timeout", cfg: func(c *server.Config) {
+			c.Agents.UnhealthyAfter, c.Agents.DropAfter = time.Second, 2500*time.Millisecond
+		}, lose: func(t *testing.T, s *kilnServer, runID, pids, secret, _ string) string {
 			a := startAgent(t, s.URL, secret, agentOpts{id: "held", labels: "held"})
 			waitStep(t, pids)
 			a.signal(t, syscall.SIGSTOP)

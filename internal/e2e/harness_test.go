@@ -32,7 +32,7 @@ func fastConfig(dataDir string) server.Config {
 	cfg.LocalAgents = 0
 	cfg.Log.Level = "debug"
 	a := &cfg.Agents
-	a.HeartbeatInterval, a.UnhealthyAfter, a.DropAfter = 250*time.Millisecond, 2*time.Second, 4*time.Second
+	a.HeartbeatInterval, a.UnhealthyAfter, a.DropAfter = 250*time.Millisecond, 3*time.Second, 6*time.Second
 	a.JobHeartbeatInterval, a.StaleAfter = 250*time.Millisecond, 10*time.Second
 	a.AckTimeout, a.RecoveryWindow = 3*time.Second, 3*time.Second
 	cfg.Queue.SweepInterval, cfg.Queue.RedriveInterval = 100*time.Millisecond, 500*time.Millisecond
