@@ -81,6 +81,9 @@ func (s *server) agents(ctx context.Context) ([]Agent, error) {
 			if a.Version == "" {
 				a.Version = rec.Version
 			}
+			if a.TokenID == "" { // the fleet does not say; the store has the registration's
+				a.TokenID = rec.TokenID
+			}
 			byID[rec.ID] = a
 			continue
 		}

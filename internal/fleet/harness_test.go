@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -28,6 +29,9 @@ func TestMain(m *testing.M) {
 	executor.MaybeRunShim()
 	if os.Getenv(idleClientsEnv) != "" {
 		os.Exit(idleClientsChild())
+	}
+	if os.Getenv(agentChildEnv) != "" {
+		os.Exit(agentChild())
 	}
 	os.Exit(storetest.Main(m))
 }
@@ -78,6 +82,7 @@ type options struct {
 	fakeClock bool
 	dbURL     string // reuse a database (restart tests)
 	logDir    string
+	addr      string // listen on this address (a restarted orchestrator)
 }
 
 // fastConfig is a Config with short intervals for tests.
@@ -138,7 +143,17 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 		t.Fatalf("new fleet: %v", err)
 	}
 	h.eng.f.Store(h.f)
-	h.srv = httptest.NewServer(h.f.Handler())
+	h.srv = httptest.NewUnstartedServer(h.f.Handler())
+	if o.addr != "" {
+		h.srv.Listener.Close()
+		var l net.Listener
+		eventually(t, "listening on "+o.addr, func() bool {
+			l, err = net.Listen("tcp", o.addr)
+			return err == nil
+		})
+		h.srv.Listener = l
+	}
+	h.srv.Start()
 	h.url = "ws" + strings.TrimPrefix(h.srv.URL, "http")
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan error, 1)
@@ -260,7 +275,7 @@ func (h *harness) sweeps(n int) {
 	defer h.f.hooks.swept.Store(nil)
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		h.t.Fatal("the monitor did not sweep")
 	}
 }
@@ -268,7 +283,7 @@ func (h *harness) sweeps(n int) {
 // eventually polls cond until it holds, failing after a deadline.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -369,7 +384,7 @@ func (c *client) next() proto.Message {
 		return m
 	case <-c.done:
 		c.t.Fatalf("connection ended while waiting for a frame: %v", c.readErr)
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		c.t.Fatal("timed out waiting for a frame")
 	}
 	return nil
@@ -401,7 +416,7 @@ func (c *client) errorFrame() *proto.Error {
 	select {
 	case e := <-c.errs:
 		return e
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		c.t.Fatal("timed out waiting for an error frame")
 	}
 	return nil
@@ -413,7 +428,7 @@ func (c *client) closed() (int, string) {
 	c.t.Helper()
 	select {
 	case <-c.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		c.t.Fatal("timed out waiting for the connection to close")
 	}
 	var ce websocket.CloseError

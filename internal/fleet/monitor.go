@@ -43,10 +43,16 @@ func (f *Fleet) monitor(ctx context.Context) {
 // checkAgents is the heartbeat monitor (seed checklist item 69): an agent
 // silent longer than UnhealthyAfter is logged and gets no new jobs; one
 // silent longer than DropAfter is disconnected — its jobs handed to
-// recovery first, then unregistered, then its socket closed with 4004. It
-// also closes the connections whose token expired.
+// recovery first, then unregistered, then its socket closed with 4004.
+// First it closes the connections whose token expired.
 func (f *Fleet) checkAgents(now time.Time) {
+	for _, c := range f.reg.expired(now) {
+		f.disconnect(c, closeCause{kind: "token_expired", code: proto.CloseAuthFailed, reason: "the agent token expired"})
+	}
 	for _, a := range f.reg.list() {
+		if a.lost.Load() {
+			continue
+		}
 		silent := now.Sub(time.Unix(0, a.c.lastSeen.Load()))
 		switch {
 		case silent > f.cfg.DropAfter:
@@ -72,9 +78,6 @@ func (f *Fleet) checkAgents(now time.Time) {
 				f.disp.agentFree(a)
 			}
 		}
-	}
-	for _, c := range f.reg.expired(now) {
-		f.disconnect(c, closeCause{kind: "token_expired", code: proto.CloseAuthFailed, reason: "the agent token expired"})
 	}
 }
 

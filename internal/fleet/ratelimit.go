@@ -34,7 +34,11 @@ func (l *limiter) take(now time.Time, cfg *Config, n int, charge bool) (time.Dur
 		wait = max(wait, -l.bytes/cfg.BytesPerSecond)
 	}
 	if wait <= 0 {
-		l.overSince = time.Time{}
+		// Only a frame that fit without waiting ends an overrun: one
+		// that fit after waiting out its deficit continues it.
+		if charge {
+			l.overSince = time.Time{}
+		}
 		return 0, false
 	}
 	if l.overSince.IsZero() {

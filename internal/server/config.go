@@ -73,6 +73,7 @@ type QueueConfig struct {
 type WebhooksConfig struct {
 	MaxBodyBytes int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
 	DedupTTL     time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
+	ClaimLease   time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
 }
 
 // RunsConfig configures runs.
@@ -106,7 +107,7 @@ func DefaultConfig() Config {
 			MaxAttempts: 5, Expiry: time.Hour, UnroutableGrace: 2 * time.Minute,
 			SweepInterval: time.Second, RedriveInterval: 10 * time.Second,
 		},
-		Webhooks: WebhooksConfig{MaxBodyBytes: 25 << 20, DedupTTL: 24 * time.Hour},
+		Webhooks: WebhooksConfig{MaxBodyBytes: 25 << 20, DedupTTL: 24 * time.Hour, ClaimLease: 2 * time.Minute},
 		Runs:     RunsConfig{CancelGrace: time.Minute, ScheduleInterval: 15 * time.Second},
 		Metrics:  MetricsConfig{RefreshInterval: 5 * time.Second, BackpressureThreshold: 100},
 	}
@@ -263,7 +264,8 @@ func (c *Config) Validate() error {
 		{"agents.stale_after", a.StaleAfter}, {"agents.ack_timeout", a.AckTimeout},
 		{"agents.recovery_window", a.RecoveryWindow}, {"queue.sweep_interval", c.Queue.SweepInterval},
 		{"queue.redrive_interval", c.Queue.RedriveInterval}, {"queue.unroutable_grace", c.Queue.UnroutableGrace},
-		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"runs.cancel_grace", c.Runs.CancelGrace},
+		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"webhooks.claim_lease", c.Webhooks.ClaimLease},
+		{"runs.cancel_grace", c.Runs.CancelGrace},
 		{"runs.schedule_interval", c.Runs.ScheduleInterval}, {"metrics.refresh_interval", c.Metrics.RefreshInterval},
 	} {
 		if d.v <= 0 {

@@ -124,7 +124,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	proc := ingress.New(eng.DB(), eng, sources, ingress.Config{
-		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, Logger: log.With("part", "ingress"),
+		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
 		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
 	})
 	scheduler := ingress.NewScheduler(eng.DB(), eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
