@@ -108,6 +108,13 @@ func (l *localAgents) supervise(ctx context.Context, bin, token string, i int) {
 		if ctx.Err() != nil {
 			return
 		}
+		if err == nil {
+			// A clean exit is a finished drain (kiln agents drain): the
+			// operator asked it to stop, so it stays stopped until the
+			// server restarts.
+			log.Info("local agent drained and stopped; it starts again with the server")
+			return
+		}
 		if time.Since(began) > time.Minute {
 			delay = agentRestartMin
 		}
