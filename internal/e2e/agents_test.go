@@ -355,7 +355,7 @@ jobs:
 func TestSilentAgentIsMarkedUnhealthyThenDroppedAndRecoversItsJob(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) {
-		c.Agents.UnhealthyAfter, c.Agents.DropAfter, c.Agents.RecoveryWindow = time.Second, 2500*time.Millisecond, 20*time.Second
+		c.Agents.UnhealthyAfter, c.Agents.DropAfter, c.Agents.RecoveryWindow = time.Second, 4*time.Second, 20*time.Second
 	})
 	const n = 60
 	localRun(t, s, map[string]string{"slow": fmt.Sprintf(`on: push
@@ -372,8 +372,10 @@ jobs:
 
 	sawUnhealthy := false
 	waitFor(t, 30*time.Second, "the silent agent to be dropped", func() (bool, string) {
-		a, _ := agentByID(t, s.Client, "sleepy")
+		// The job is read before the agent: if the agent is still only
+		// unhealthy afterwards, it was when the job was read.
 		j := mustJob(t, getRun(t, s.Client, run.ID), "slow")
+		a, _ := agentByID(t, s.Client, "sleepy")
 		switch a.State {
 		case api.AgentUnhealthy:
 			if j.Status != kiln.JobRunning {
@@ -382,6 +384,7 @@ jobs:
 			sawUnhealthy = true
 		case api.AgentDisconnected:
 			// The job was handed to recovery before the agent left.
+			j = mustJob(t, getRun(t, s.Client, run.ID), "slow")
 			if j.Status != kiln.JobRecovering {
 				t.Fatalf("the agent is gone but its job is %s", j.Status)
 			}
