@@ -318,8 +318,12 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	if len(pending) == 0 {
 		return out, nil
 	}
+	// SKIP LOCKED: a run whose row is being updated by someone else (most
+	// often a concurrent claim starting it) is not waited for; Start fixes
+	// up a run that stayed pending.
 	started, err := queryStrings(ctx, q, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
-		WHERE id IN (`+marks(len(pending))+`) AND status = 'pending' RETURNING id`, append([]any{now, now}, pending...)...)
+		WHERE id IN (SELECT id FROM runs WHERE id IN (`+marks(len(pending))+`) AND status = 'pending' FOR UPDATE SKIP LOCKED)
+		RETURNING id`, append([]any{now, now}, pending...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: start runs: %w", err)
 	}
