@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/google/uuid"
@@ -135,7 +136,8 @@ func findCycle(graph map[string][]string) string {
 	for k := range graph {
 		keys = append(keys, k)
 	}
-	for _, k := range sortedStrings(keys) {
+	sort.Strings(keys)
+	for _, k := range keys {
 		if color[k] == white {
 			if c := visit(k); c != "" {
 				return c
