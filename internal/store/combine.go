@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // SQLite has one writer, so concurrent write transactions wait for each
@@ -15,8 +16,12 @@ import (
 // of the pages they share are paid once per batch instead of once per
 // operation.
 
-// maxCombined bounds the operations of one combined transaction.
-const maxCombined = 64
+// maxCombined bounds the operations of one combined transaction, and
+// combineBudget its running time.
+const (
+	maxCombined   = 64
+	combineBudget = 2 * time.Millisecond
+)
 
 var errClosed = errors.New("store: closed")
 
@@ -65,46 +70,59 @@ func (db *DB) combined(ctx context.Context, fn func(t *txn) error) error {
 
 func (c *core) combine() {
 	defer close(c.comb.exit)
+	var pending []*writeReq
 	for {
-		var first *writeReq
-		select {
-		case first = <-c.comb.reqs:
-		case <-c.comb.quit:
-			return
-		}
-		batch := []*writeReq{first}
-	fill:
-		for len(batch) < maxCombined {
+		if len(pending) == 0 {
 			select {
 			case r := <-c.comb.reqs:
-				batch = append(batch, r)
+				pending = append(pending, r)
+			case <-c.comb.quit:
+				return
+			}
+		}
+	fill:
+		for len(pending) < maxCombined {
+			select {
+			case r := <-c.comb.reqs:
+				pending = append(pending, r)
 			default:
 				break fill
 			}
 		}
-		c.runBatch(batch)
+		n := c.runBatch(pending)
+		pending = append(pending[:0], pending[n:]...)
 	}
 }
 
-func (c *core) runBatch(batch []*writeReq) {
+// runBatch runs operations of batch in one transaction, in order, until
+// they are done or the transaction has run for combineBudget; it returns
+// how many it ran. The rest wait for the next transaction, so no operation
+// (a claim, typically) waits long behind a heap of others.
+func (c *core) runBatch(batch []*writeReq) (n int) {
 	var wanted []string
 	defer func() {
-		for _, r := range batch {
+		for _, r := range batch[:n] {
 			close(r.done)
 		}
 		c.prepareWanted(context.Background(), wanted)
 	}()
 	// The transaction must not die with one caller's context: interrupting
 	// a statement would roll back every operation in the batch.
+	start := time.Now()
 	sqlTx, err := c.write.BeginTx(context.Background(), nil)
 	if err != nil {
+		n = len(batch)
 		for _, r := range batch {
 			r.err = fmt.Errorf("begin: %w", err)
 		}
-		return
+		return n
 	}
 	bg := context.Background()
 	for _, r := range batch {
+		if n > 0 && time.Since(start) > combineBudget {
+			break
+		}
+		n++
 		if err := r.ctx.Err(); err != nil {
 			r.err = err
 			continue
@@ -124,10 +142,11 @@ func (c *core) runBatch(batch []*writeReq) {
 		}
 	}
 	if err := sqlTx.Commit(); err != nil {
-		for _, r := range batch {
+		for _, r := range batch[:n] {
 			if r.err == nil {
 				r.err = fmt.Errorf("commit: %w", err)
 			}
 		}
 	}
+	return n
 }

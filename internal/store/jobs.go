@@ -64,12 +64,10 @@ func (j Jobs) Start(ctx context.Context, l Lease) error {
 			return err
 		}
 		if len(moved) > 0 {
-			// A PostgreSQL claim starts its run in a second statement; if
-			// the coordinator died between the two, the run is still
-			// pending: fix it here (a no-op, without a lock, otherwise).
-			_, err := t.exec(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
-				WHERE id = ? AND status = 'pending'`, ms(t.now), ms(t.now), moved[0].RunID)
-			return err
+			// A PostgreSQL claim starts its run in a second statement that
+			// skips a locked run row, or the coordinator may have died
+			// between the two: a run still pending is started here.
+			return t.startRun(ctx, moved[0].RunID)
 		}
 		var status kiln.JobStatus
 		var epoch int64
@@ -273,4 +271,14 @@ func (t *txn) refusal(ctx context.Context, l Lease, what string) error {
 	default:
 		return staleLease("%s of job %s refused: the lease is no longer held (the job is %s)", what, l.JobID, status)
 	}
+}
+
+// startRun moves a pending run to running; a no-op (taking no lock) for a
+// run already past pending.
+func (t *txn) startRun(ctx context.Context, runID string) error {
+	var pending int
+	if err := t.queryRow(ctx, "SELECT COUNT(*) FROM runs WHERE id = ? AND status = 'pending'", runID).Scan(&pending); err != nil || pending == 0 {
+		return err
+	}
+	return t.setRunStatus(ctx, runID, kiln.RunRunning, []kiln.RunStatus{kiln.RunPending})
 }

@@ -66,12 +66,7 @@ func (t *txn) settle(ctx context.Context) error {
 	}
 	sort.Strings(runs)
 	t.dirty = nil
-	for _, r := range runs {
-		if err := t.rollUp(ctx, r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.rollUpRuns(ctx, runs)
 }
 
 // failFast cancels the other unfinished children of a group after one

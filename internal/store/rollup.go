@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/kilnci/kiln"
 )
@@ -10,15 +11,30 @@ import (
 // The end of a job's story: its run rolls up when it was the last one, and
 // its steps are settled.
 
-// rollUp ends a run whose jobs have all ended, with kiln.RollUp's status.
+// rollUpRuns ends the runs among runIDs whose jobs have all ended, with
+// kiln.RollUp's status. One query finds the runs still open.
+func (t *txn) rollUpRuns(ctx context.Context, runIDs []string) error {
+	for start := 0; start < len(runIDs); start += 500 {
+		chunk := runIDs[start:min(start+500, len(runIDs))]
+		open, err := t.ids(ctx, "SELECT DISTINCT run_id FROM jobs WHERE run_id IN ("+marks(len(chunk))+") AND status IN ("+statusList(nonTerminal)+")",
+			anys(chunk)...)
+		if err != nil {
+			return fmt.Errorf("roll up: %w", err)
+		}
+		for _, id := range chunk {
+			if slices.Contains(open, id) {
+				continue
+			}
+			if err := t.rollUp(ctx, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// rollUp ends a run whose jobs have all ended.
 func (t *txn) rollUp(ctx context.Context, runID string) error {
-	var open int
-	if err := t.queryRow(ctx, "SELECT COUNT(*) FROM jobs WHERE run_id = ? AND status IN ("+statusList(nonTerminal)+")", runID).Scan(&open); err != nil {
-		return fmt.Errorf("roll up: %w", err)
-	}
-	if open > 0 {
-		return nil
-	}
 	rows, err := t.query(ctx, "SELECT status FROM jobs WHERE run_id = ?", runID)
 	if err != nil {
 		return fmt.Errorf("roll up: %w", err)

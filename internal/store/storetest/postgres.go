@@ -191,6 +191,7 @@ func startServer() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	removeStaleServers()
 	dir, err := os.MkdirTemp("", "kiln-pg-")
 	if err != nil {
 		return nil, err
@@ -282,6 +283,29 @@ func (s *server) stop() {
 }
 
 func (s *server) remove() { _ = os.RemoveAll(s.dir) }
+
+// removeStaleServers deletes the directories of private servers whose test
+// binary died without cleaning up (killed by a timeout): the server itself
+// stopped with its parent (Pdeathsig), its data directory did not. A
+// directory whose server still runs, or that is younger than ten minutes
+// and has no server yet (another binary is starting one), is kept.
+func removeStaleServers() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "kiln-pg-*"))
+	for _, d := range dirs {
+		pidFile, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid"))
+		if err != nil {
+			if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > 10*time.Minute {
+				_ = os.RemoveAll(d)
+			}
+			continue
+		}
+		first, _, _ := strings.Cut(string(pidFile), "\n")
+		pid, err := strconv.Atoi(strings.TrimSpace(first))
+		if err == nil && pid > 0 && syscall.Kill(pid, 0) != nil {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
