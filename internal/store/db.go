@@ -131,9 +131,11 @@ type core struct {
 	read    *sql.DB // SQLite: a read-only pool; PostgreSQL: the same pool
 	log     *slog.Logger
 
-	rebound   sync.Map // SQL with ? → SQL for this dialect
-	closeOnce sync.Once
-	closeErr  error
+	rebound sync.Map // SQL with ? → SQL for this dialect
+	// writeStmts and readStmts are SQLite's prepared statements.
+	writeStmts, readStmts stmtCache
+	closeOnce             sync.Once
+	closeErr              error
 }
 
 // Open connects to the database named by cfg.URL, applies the embedded
@@ -172,6 +174,8 @@ func (db *DB) Close() error { return db.core.close() }
 
 func (c *core) close() error {
 	c.closeOnce.Do(func() {
+		c.writeStmts.close()
+		c.readStmts.close()
 		var errs []error
 		if c.read != nil && c.read != c.write {
 			errs = append(errs, c.read.Close())

@@ -144,12 +144,43 @@ type querier interface {
 type readPool struct{ c *core }
 
 func (p readPool) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if s := p.c.readStmt(q); s != nil {
+		rows, err := s.QueryContext(ctx, args...)
+		return rows, p.c.dialect.wrap(err)
+	}
 	rows, err := p.c.read.QueryContext(ctx, p.c.bind(q), args...)
 	return rows, p.c.dialect.wrap(err)
 }
 
 func (p readPool) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if s := p.c.readStmt(q); s != nil {
+		return s.QueryRowContext(ctx, args...)
+	}
 	return p.c.read.QueryRowContext(ctx, p.c.bind(q), args...)
+}
+
+// readStmt is the read pool's prepared statement for q (SQLite only; see
+// stmtcache.go). The read pool has several connections, so it prepares at
+// once.
+func (c *core) readStmt(q string) *sql.Stmt {
+	if c.dialect.name() != "sqlite" {
+		return nil
+	}
+	return c.readStmts.get(c.read, q, false)
+}
+
+// stmt is the statement to run q with in this transaction: the writer's
+// prepared statement, or nil to run q unprepared (see stmtcache.go).
+func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt {
+	c := t.db.core
+	if c.dialect.name() != "sqlite" {
+		return nil
+	}
+	s := c.writeStmts.get(c.write, q, true)
+	if s == nil {
+		return nil
+	}
+	return t.tx.StmtContext(ctx, s)
 }
 
 // txn is the internal side of a write transaction.
@@ -169,16 +200,27 @@ type txn struct {
 }
 
 func (t *txn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if s := t.stmt(ctx, q); s != nil {
+		res, err := s.ExecContext(ctx, args...)
+		return res, t.db.dialect.wrap(err)
+	}
 	res, err := t.tx.ExecContext(ctx, t.db.bind(q), args...)
 	return res, t.db.dialect.wrap(err)
 }
 
 func (t *txn) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if s := t.stmt(ctx, q); s != nil {
+		rows, err := s.QueryContext(ctx, args...)
+		return rows, t.db.dialect.wrap(err)
+	}
 	rows, err := t.tx.QueryContext(ctx, t.db.bind(q), args...)
 	return rows, t.db.dialect.wrap(err)
 }
 
 func (t *txn) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if s := t.stmt(ctx, q); s != nil {
+		return s.QueryRowContext(ctx, args...)
+	}
 	return t.tx.QueryRowContext(ctx, t.db.bind(q), args...)
 }
 
