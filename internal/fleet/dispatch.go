@@ -310,7 +310,7 @@ func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
 		a.mu.Unlock()
 		return
 	}
-	j := &heldJob{runID: c.RunID, epoch: c.Epoch, attempt: c.Attempt}
+	j := &heldJob{runID: c.RunID, epoch: c.Epoch, attempt: c.Attempt, ackDeadline: c.AckDeadline}
 	a.jobs[c.JobID] = j
 	a.mu.Unlock()
 	if err := a.c.write(frame); err != nil {

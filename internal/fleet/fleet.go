@@ -35,7 +35,8 @@ type Fleet struct {
 	reg   *registry
 	cm    *committer
 	disp  *dispatcher
-	hb    heartbeats
+	hb    leases // buffered job heartbeats
+	acks  leases // deferred job acknowledgements
 	stats counters
 
 	state     atomic.Int32 // 0 new, 1 running, 2 stopped

@@ -100,8 +100,20 @@ func (c *conn) capacity(a *agent, active int, draining bool) {
 	}
 }
 
+// jobAck records that the agent accepted a dispatch. The write is deferred
+// to the next sweep (which writes it before running the ack sweep): the
+// agent's job.status running, which clears the deadline as well, normally
+// follows at once and makes it moot. An acknowledgement close to its
+// deadline is written now.
 func (c *conn) jobAck(a *agent, m *proto.JobAck) error {
+	f := c.f
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
+	if j, ok := a.holds(m.JobID, m.LeaseEpoch); ok && !j.ackDeadline.IsZero() &&
+		f.now().Before(j.ackDeadline.Add(-2*f.cfg.SweepInterval)) {
+		a.acked(m.JobID, m.LeaseEpoch, f)
+		f.acks.add(l, a)
+		return nil
+	}
 	err := c.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
 		return store.Effects{}, tx.Jobs().Ack(ctx, l)
 	})
@@ -155,6 +167,7 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 		})
 		if err == nil {
 			a.acked(m.JobID, m.LeaseEpoch, f)
+			f.acks.remove(l)
 		}
 		return c.answer(err, "job.status running", m.JobID)
 	}
