@@ -62,16 +62,19 @@ func putBuf(b *bytes.Buffer) {
 
 // serveHTTP upgrades the request and serves the connection until it ends.
 func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	f.acceptMu.Lock()
 	if !f.accepting.Load() {
+		f.acceptMu.Unlock()
 		http.Error(w, "the orchestrator is not ready for agents", http.StatusServiceUnavailable)
 		return
 	}
+	f.handlers.Add(1) // under acceptMu: never after shutdown began waiting
+	f.acceptMu.Unlock()
+	defer f.handlers.Done()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		return // Accept answered the request
 	}
-	f.handlers.Add(1)
-	defer f.handlers.Done()
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
 	c := &conn{f: f, ws: ws, id: uuid.NewString(), done: make(chan struct{})}
 	c.lastSeen.Store(f.now().UnixNano())

@@ -40,6 +40,7 @@ type Fleet struct {
 	stats counters
 
 	state     atomic.Int32 // 0 new, 1 running, 2 stopped
+	acceptMu  sync.Mutex
 	accepting atomic.Bool
 	handlers  sync.WaitGroup // connection goroutines
 	closers   sync.WaitGroup // close handshakes in flight
@@ -110,7 +111,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 	f.disp.redrive() // the queue may hold jobs from before the start
 
 	<-ctx.Done()
+	f.acceptMu.Lock()
 	f.accepting.Store(false)
+	f.acceptMu.Unlock()
 	f.state.Store(2)
 	stopLoops()
 	loops.Wait()
