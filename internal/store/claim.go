@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -96,20 +97,94 @@ func (q Queue) Claim(ctx context.Context, agentID string, agent kiln.AgentLabels
 	}
 	db := q.h.db
 	if q.h.tx == nil && db.dialect.name() == "postgres" {
-		// One autocommit statement: no BEGIN/COMMIT round trips.
-		return claimPostgres(ctx, pool{db.core}, db.now(), db.cfg.AckTimeout, agentID, agent, slots)
+		// Autocommit statements: no BEGIN/COMMIT round trips.
+		now := db.now()
+		return db.claim(ctx, pool{db.core}, agent, slots, func(keys []string, n int) ([]Claimed, error) {
+			return claimPostgres(ctx, pool{db.core}, now, db.cfg.AckTimeout, keys, agentID, n)
+		})
 	}
 	var out []Claimed
 	err := q.h.write(ctx, func(t *txn) error {
 		var err error
-		if db.dialect.name() == "postgres" {
-			out, err = claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, agentID, agent, slots)
-		} else {
-			out, err = claimSQLite(ctx, t, agentID, agent, slots)
-		}
+		out, err = db.claim(ctx, t, agent, slots, func(keys []string, n int) ([]Claimed, error) {
+			if db.dialect.name() == "postgres" {
+				return claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, keys, agentID, n)
+			}
+			return claimSQLite(ctx, t, keys, agentID, n)
+		})
 		return err
 	})
 	return out, err
+}
+
+// claim picks the keys to claim from: the cached queued keys the agent
+// accepts, and — when those do not fill the slots and the cache was not
+// fresh — the keys a fresh read adds. A stale cache therefore never leaves
+// an agent idle while work it accepts is queued; at worst, for the cache's
+// lifetime, a newer key's jobs wait behind those of keys already known.
+func (c *core) claim(ctx context.Context, q querier, agent kiln.AgentLabels, slots int, claimKeys func([]string, int) ([]Claimed, error)) ([]Claimed, error) {
+	keys, fresh, err := c.keys.get(ctx, q, false)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	tried := acceptedKeys(keys, agent)
+	var out []Claimed
+	if len(tried) > 0 {
+		if out, err = claimKeys(tried, slots); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == slots || fresh {
+		return out, nil
+	}
+	if keys, _, err = c.keys.get(ctx, q, true); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	var extra []string
+	for _, k := range acceptedKeys(keys, agent) {
+		if !slices.Contains(tried, k) {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) == 0 {
+		return out, nil
+	}
+	more, err := claimKeys(extra, slots-len(out))
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, more...)
+	sortClaimed(out)
+	return out, nil
+}
+
+// keyCacheTTL is how long a claim trusts the cached set of queued keys.
+const keyCacheTTL = 100 * time.Millisecond
+
+// keyCache holds the distinct queued keys, read with the skip scan.
+type keyCache struct {
+	mu   sync.Mutex
+	keys []string // never modified once stored
+	at   time.Time
+}
+
+// get returns the cached keys, or reads them when fresh is asked or the
+// cache is older than keyCacheTTL; read reports whether it read them.
+func (k *keyCache) get(ctx context.Context, q querier, fresh bool) (keys []string, read bool, err error) {
+	k.mu.Lock()
+	if !fresh && !k.at.IsZero() && time.Since(k.at) < keyCacheTTL {
+		keys = k.keys
+		k.mu.Unlock()
+		return keys, false, nil
+	}
+	k.mu.Unlock()
+	if keys, err = queryStrings(ctx, q, distinctKeysSQL); err != nil {
+		return nil, false, err
+	}
+	k.mu.Lock()
+	k.keys, k.at = keys, time.Now()
+	k.mu.Unlock()
+	return keys, true, nil
 }
 
 // pool runs statements on the write pool outside a transaction.
@@ -135,15 +210,7 @@ func claimSet(alias string) string {
 const claimBranch = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key = ? AND stop = 0
 	AND (expires_at IS NULL OR expires_at > ?) ORDER BY id LIMIT ?`
 
-func claimSQLite(ctx context.Context, t *txn, agentID string, agent kiln.AgentLabels, slots int) ([]Claimed, error) {
-	keys, err := t.ids(ctx, distinctKeysSQL)
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	keys = acceptedKeys(keys, agent)
-	if len(keys) == 0 {
-		return nil, nil
-	}
+func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slots int) ([]Claimed, error) {
 	now, ack := ms(t.now), ms(t.now.Add(t.db.cfg.AckTimeout))
 	args := []any{agentID, now, ack, now, now}
 	branches := make([]string, len(keys))
@@ -155,41 +222,54 @@ func claimSQLite(ctx context.Context, t *txn, agentID string, agent kiln.AgentLa
 	q := "UPDATE jobs SET " + claimSet("") + " WHERE status = 'queued' AND id IN (" +
 		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key"
 	out, err := scanClaimed(t.query(ctx, q, args...))
-	if err != nil {
-		return nil, err
+	if err != nil || len(out) == 0 {
+		return out, err
 	}
 	runs := map[string]bool{}
+	var runIDs []any
 	for i := range out {
 		out[i].AckDeadline = time.UnixMilli(ack).UTC()
-		if runs[out[i].RunID] {
-			continue
-		}
-		runs[out[i].RunID] = true
-		var n int
-		if err := t.queryRow(ctx, "SELECT COUNT(*) FROM runs WHERE id = ? AND status = 'pending'", out[i].RunID).Scan(&n); err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			if err := t.setRunStatus(ctx, out[i].RunID, kiln.RunRunning, []kiln.RunStatus{kiln.RunPending}); err != nil {
-				return nil, err
-			}
-			out[i].RunStarted = true
+		if !runs[out[i].RunID] {
+			runs[out[i].RunID] = true
+			runIDs = append(runIDs, out[i].RunID)
 		}
 	}
-	return out, nil
+	// The runs this claim starts (usually none: one statement, no rows).
+	rows, err := t.query(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
+		WHERE id IN (`+marks(len(runIDs))+`) AND status = 'pending' RETURNING id, number`, append([]any{now, now}, runIDs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: start runs: %w", err)
+	}
+	defer rows.Close()
+	started := map[string]bool{}
+	for rows.Next() {
+		var rc RunChange
+		if err := rows.Scan(&rc.ID, &rc.Number); err != nil {
+			return nil, err
+		}
+		rc.Status = kiln.RunRunning
+		started[rc.ID] = true
+		if t.eff != nil {
+			t.eff.Runs = append(t.eff.Runs, rc)
+		}
+	}
+	for i := range out {
+		if started[out[i].RunID] {
+			out[i].RunStarted = true
+			started[out[i].RunID] = false
+		}
+	}
+	return out, rows.Err()
 }
 
 // claimPostgres claims in one statement: a SKIP LOCKED range scan per
-// accepted key, the oldest of them, the update, and the runs it starts.
-func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, agentID string, agent kiln.AgentLabels, slots int) ([]Claimed, error) {
-	keys, err := queryStrings(ctx, q, distinctKeysSQL)
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	keys = acceptedKeys(keys, agent)
-	if len(keys) == 0 {
-		return nil, nil
-	}
+// accepted key, the oldest of them, and the update. The runs a claim starts
+// move to running in a second statement, only when the claim saw one still
+// pending: the claim must not wait for a run's row lock while it holds job
+// row locks. (FOR UPDATE also locks a row it then skips because a committed
+// update made it no longer queued; a completion holding that job's run lock
+// and waiting for that row would otherwise deadlock with it.)
+func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, keys []string, agentID string, slots int) ([]Claimed, error) {
 	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
 	var b strings.Builder
 	var args []any
@@ -203,39 +283,58 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	fmt.Fprintf(&b, "pick AS (SELECT id FROM (%s) u ORDER BY id LIMIT ?), ", strings.Join(picks, " UNION ALL "))
 	args = append(args, slots)
 	b.WriteString("claimed AS (UPDATE jobs j SET " + claimSet("j.") + ` FROM pick WHERE j.id = pick.id AND j.status = 'queued'
-		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key), `)
+		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key)
+		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, r.status = 'pending'
+		FROM claimed c JOIN runs r ON r.id = c.run_id`)
 	args = append(args, agentID, now, ack, now, now)
-	b.WriteString(`started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
-		WHERE r.id IN (SELECT run_id FROM claimed) AND r.status = 'pending' RETURNING r.id)
-		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, s.id IS NOT NULL
-		FROM claimed c LEFT JOIN started s ON s.id = c.run_id`)
-	args = append(args, now, now)
 	rows, err := q.query(ctx, b.String(), args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	defer rows.Close()
 	var out []Claimed
-	started := map[string]bool{}
+	var pending []any
+	seen := map[string]bool{}
 	for rows.Next() {
 		var c Claimed
 		var spec, key string
-		var runStarted bool
-		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &runStarted); err != nil {
+		var runPending bool
+		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &runPending); err != nil {
+			rows.Close()
 			return nil, err
 		}
 		c.Spec, c.Requirement = json.RawMessage(spec), parsedKey(key)
 		c.AckDeadline = time.UnixMilli(ack).UTC()
-		if runStarted && !started[c.RunID] {
-			started[c.RunID] = true
-			c.RunStarted = true
+		if runPending && !seen[c.RunID] {
+			seen[c.RunID] = true
+			pending = append(pending, c.RunID)
 		}
 		out = append(out, c)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	sortClaimed(out)
+	if len(pending) == 0 {
+		return out, nil
+	}
+	// SKIP LOCKED: a run whose row is being updated by someone else (most
+	// often a concurrent claim starting it) is not waited for; Start fixes
+	// up a run that stayed pending.
+	started, err := queryStrings(ctx, q, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
+		WHERE id IN (SELECT id FROM runs WHERE id IN (`+marks(len(pending))+`) AND status = 'pending' FOR UPDATE SKIP LOCKED)
+		RETURNING id`, append([]any{now, now}, pending...)...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: start runs: %w", err)
+	}
+	for _, id := range started {
+		for i := range out {
+			if out[i].RunID == id {
+				out[i].RunStarted = true
+				break
+			}
+		}
+	}
 	return out, nil
 }
 

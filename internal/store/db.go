@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -131,11 +132,13 @@ type core struct {
 	read    *sql.DB // SQLite: a read-only pool; PostgreSQL: the same pool
 	log     *slog.Logger
 
-	rebound sync.Map // SQL with ? → SQL for this dialect
-	// writeStmts and readStmts are SQLite's prepared statements.
-	writeStmts, readStmts stmtCache
-	closeOnce             sync.Once
-	closeErr              error
+	comb      *combiner // SQLite: group commit of concurrent writes
+	keys      keyCache  // the distinct queued keys, for claims
+	rebound   sync.Map  // SQL with ? → SQL for this dialect
+	stmts     sync.Map  // SQLite: SQL → statement prepared on the writer
+	nstmts    atomic.Int32
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Open connects to the database named by cfg.URL, applies the embedded
@@ -159,6 +162,9 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		_ = c.close()
 		return nil, err
 	}
+	if c.dialect.name() == "sqlite" {
+		c.startCombiner()
+	}
 	return &DB{core: c}, nil
 }
 
@@ -174,9 +180,12 @@ func (db *DB) Close() error { return db.core.close() }
 
 func (c *core) close() error {
 	c.closeOnce.Do(func() {
-		c.writeStmts.close()
-		c.readStmts.close()
+		c.stopCombiner()
 		var errs []error
+		c.stmts.Range(func(_, v any) bool {
+			errs = append(errs, v.(*sql.Stmt).Close())
+			return true
+		})
 		if c.read != nil && c.read != c.write {
 			errs = append(errs, c.read.Close())
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/kilnci/kiln"
 )
@@ -59,8 +60,14 @@ func (j Jobs) Start(ctx context.Context, l Lease) error {
 			set:   "ack_deadline = NULL, started_at = ?, last_heartbeat_at = ?",
 			args:  []any{ms(t.now), ms(t.now)},
 			where: "AND lease_epoch = ?", wargs: []any{l.Epoch}})
-		if err != nil || len(moved) > 0 {
+		if err != nil {
 			return err
+		}
+		if len(moved) > 0 {
+			// A PostgreSQL claim starts its run in a second statement that
+			// skips a locked run row, or the coordinator may have died
+			// between the two: a run still pending is started here.
+			return t.startRun(ctx, moved[0].RunID)
 		}
 		var status kiln.JobStatus
 		var epoch int64
@@ -117,8 +124,37 @@ func (j Jobs) Complete(ctx context.Context, c Completion) (Effects, error) {
 // not stop the others. err is a database failure, after which nothing was
 // committed.
 func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error, eff Effects, err error) {
+	// Completions alike (same status, error and outputs — typically plain
+	// successes) move in one statement; each keeps its own lease check.
+	type group struct {
+		status  kiln.JobStatus
+		err     string
+		outputs string
+	}
+	moves := map[kiln.JobStatus]move{kiln.JobSuccess: mSucceed, kiln.JobFailed: mFail, kiln.JobCancelled: mCancelReported}
+	groups := map[group][]int{}
+	var order []group
+	errs = make([]error, len(cs))
+	for i, c := range cs {
+		g := group{status: c.Status}
+		if _, ok := moves[c.Status]; !ok {
+			errs[i] = invalid("job %s: a completion's status is success, failed or cancelled, not %q", c.JobID, c.Status)
+			continue
+		}
+		if len(c.Outputs) > 0 {
+			b, err := json.Marshal(c.Outputs)
+			if err != nil {
+				return nil, Effects{}, fmt.Errorf("outputs: %w", err)
+			}
+			g.outputs = string(b)
+		}
+		g.err = c.Error
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
 	eff, err = j.h.op(ctx, func(t *txn) error {
-		errs = make([]error, len(cs))
 		ids := make([]string, 0, len(cs))
 		for _, c := range cs {
 			ids = append(ids, c.JobID)
@@ -126,35 +162,34 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 		if err := t.lockRunsOfJobs(ctx, ids); err != nil {
 			return err
 		}
-		for i, c := range cs {
-			var m move
-			switch c.Status {
-			case kiln.JobSuccess:
-				m = mSucceed
-			case kiln.JobFailed:
-				m = mFail
-			case kiln.JobCancelled:
-				m = mCancelReported
-			default:
-				errs[i] = invalid("job %s: a completion's status is success, failed or cancelled, not %q", c.JobID, c.Status)
-				continue
-			}
-			var outputs any
-			if len(c.Outputs) > 0 {
-				b, err := json.Marshal(c.Outputs)
-				if err != nil {
-					return fmt.Errorf("outputs: %w", err)
+		for _, g := range order {
+			items := groups[g]
+			for start := 0; start < len(items); start += 250 {
+				chunk := items[start:min(start+250, len(items))]
+				ids := make([]string, len(chunk))
+				pairs := make([]any, 0, 2*len(chunk))
+				for k, i := range chunk {
+					ids[k] = cs[i].JobID
+					pairs = append(pairs, cs[i].JobID, cs[i].Epoch)
 				}
-				outputs = string(b)
-			}
-			moved, err := t.move(ctx, m, change{ids: []string{c.JobID},
-				set: "outputs = ?, ack_deadline = NULL", args: []any{outputs},
-				where: "AND lease_epoch = ?", wargs: []any{c.Epoch}, err: c.Error})
-			if err != nil {
-				return err
-			}
-			if len(moved) == 0 {
-				errs[i] = t.refusal(ctx, c.Lease, "complete")
+				moved, err := t.move(ctx, moves[g.status], change{ids: ids,
+					set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
+					where: "AND (id, lease_epoch) IN (" + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(chunk)), ", ") + ")",
+					wargs: pairs, err: g.err})
+				if err != nil {
+					return err
+				}
+				done := make(map[string]bool, len(moved))
+				for _, m := range moved {
+					done[m.ID] = true
+				}
+				for _, i := range chunk {
+					if done[cs[i].JobID] {
+						errs[i] = nil
+					} else {
+						errs[i] = t.refusal(ctx, cs[i].Lease, "complete")
+					}
+				}
 			}
 		}
 		return nil
@@ -236,4 +271,14 @@ func (t *txn) refusal(ctx context.Context, l Lease, what string) error {
 	default:
 		return staleLease("%s of job %s refused: the lease is no longer held (the job is %s)", what, l.JobID, status)
 	}
+}
+
+// startRun moves a pending run to running; a no-op (taking no lock) for a
+// run already past pending.
+func (t *txn) startRun(ctx context.Context, runID string) error {
+	var pending int
+	if err := t.queryRow(ctx, "SELECT COUNT(*) FROM runs WHERE id = ? AND status = 'pending'", runID).Scan(&pending); err != nil || pending == 0 {
+		return err
+	}
+	return t.setRunStatus(ctx, runID, kiln.RunRunning, []kiln.RunStatus{kiln.RunPending})
 }

@@ -66,12 +66,7 @@ func (t *txn) settle(ctx context.Context) error {
 	}
 	sort.Strings(runs)
 	t.dirty = nil
-	for _, r := range runs {
-		if err := t.rollUp(ctx, r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.rollUpRuns(ctx, runs)
 }
 
 // failFast cancels the other unfinished children of a group after one
@@ -284,14 +279,15 @@ func (t *txn) releaseWave(ctx context.Context, rb runBase, maxParallel int) erro
 		if len(cands) == 0 {
 			return nil
 		}
-		for _, p := range cands {
-			_, ups, err := t.loadNeeds(ctx, p)
-			if err != nil {
+		ups := make([][]UpstreamJob, len(cands))
+		for i, p := range cands {
+			var err error
+			if _, ups[i], err = t.loadNeeds(ctx, p); err != nil {
 				return err
 			}
-			if err := t.release(ctx, p, ups); err != nil {
-				return err
-			}
+		}
+		if err := t.releaseAll(ctx, cands, ups); err != nil {
+			return err
 		}
 	}
 	// The rest wait for a slot; say so (keeping the time if already said).
@@ -324,97 +320,6 @@ func (t *txn) runCancelRequested(ctx context.Context, runID string) (bool, error
 	var n int
 	err := t.queryRow(ctx, "SELECT COUNT(*) FROM runs WHERE id = ? AND cancel_reason IS NOT NULL", runID).Scan(&n)
 	return n > 0, err
-}
-
-// rollUp ends a run whose jobs have all ended, with kiln.RollUp's status.
-func (t *txn) rollUp(ctx context.Context, runID string) error {
-	var open int
-	if err := t.queryRow(ctx, "SELECT COUNT(*) FROM jobs WHERE run_id = ? AND status IN ("+statusList(nonTerminal)+")", runID).Scan(&open); err != nil {
-		return fmt.Errorf("roll up: %w", err)
-	}
-	if open > 0 {
-		return nil
-	}
-	rows, err := t.query(ctx, "SELECT status FROM jobs WHERE run_id = ?", runID)
-	if err != nil {
-		return fmt.Errorf("roll up: %w", err)
-	}
-	var statuses []kiln.JobStatus
-	for rows.Next() {
-		var s kiln.JobStatus
-		if err := rows.Scan(&s); err != nil {
-			rows.Close()
-			return err
-		}
-		statuses = append(statuses, s)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	status, ok := kiln.RollUp(statuses)
-	if !ok {
-		return nil
-	}
-	return t.setRunStatus(ctx, runID, status, []kiln.RunStatus{kiln.RunPending, kiln.RunRunning, kiln.RunCancelling})
-}
-
-// setRunStatus moves a run between statuses (compare-and-set) and records
-// the change.
-func (t *txn) setRunStatus(ctx context.Context, runID string, to kiln.RunStatus, from []kiln.RunStatus) error {
-	set := "status = ?, updated_at = ?"
-	args := []any{string(to), ms(t.now)}
-	switch {
-	case to.Terminal():
-		set += ", finished_at = ?"
-		args = append(args, ms(t.now))
-	case to == kiln.RunRunning:
-		set += ", started_at = COALESCE(started_at, ?)"
-		args = append(args, ms(t.now))
-	}
-	args = append(args, runID)
-	args = append(args, anys(from)...)
-	var number int64
-	err := t.queryRow(ctx, "UPDATE runs SET "+set+" WHERE id = ? AND status IN ("+marks(len(from))+") RETURNING number", args...).Scan(&number)
-	if isNoRows(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("run status: %w", err)
-	}
-	if t.eff != nil {
-		t.eff.Runs = append(t.eff.Runs, RunChange{ID: runID, Number: number, Status: to})
-	}
-	return nil
-}
-
-// reconcileSteps settles the steps of ended jobs: a step still running
-// takes the job's outcome, a step that never ran is skipped (cancelled when
-// the job was).
-func (t *txn) reconcileSteps(ctx context.Context, ended []movedJob) error {
-	byStatus := map[kiln.JobStatus][]string{}
-	for _, j := range ended {
-		byStatus[j.Status] = append(byStatus[j.Status], j.ID)
-	}
-	for st, ids := range byStatus {
-		running, waiting := kiln.StepFailed, kiln.StepSkipped
-		switch st {
-		case kiln.JobSuccess:
-			running = kiln.StepSuccess
-		case kiln.JobCancelled:
-			running, waiting = kiln.StepCancelled, kiln.StepCancelled
-		}
-		for start := 0; start < len(ids); start += 500 {
-			chunk := ids[start:min(start+500, len(ids))]
-			args := []any{string(running), string(waiting), ms(t.now)}
-			args = append(args, anys(chunk)...)
-			if _, err := t.exec(ctx, `UPDATE steps SET status = CASE WHEN status = 'running' THEN ? ELSE ? END, finished_at = ?
-				WHERE job_id IN (`+marks(len(chunk))+`) AND status IN ('pending', 'running')`, args...); err != nil {
-				return fmt.Errorf("reconcile steps: %w", err)
-			}
-		}
-	}
-	return nil
 }
 
 // ids runs a query returning one string column.

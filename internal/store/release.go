@@ -187,46 +187,86 @@ func scanPending(rows interface{ Scan(...any) error }) (pendingJob, error) {
 // release hands a job whose needs are met to the Releaser and applies its
 // decision.
 func (t *txn) release(ctx context.Context, p pendingJob, ups []UpstreamJob) error {
-	rj := ReadyJob{
-		ID: p.ID, RunID: p.RunID, Name: p.Name, Base: p.Base,
-		Matrix: json.RawMessage(p.Matrix), Spec: json.RawMessage(p.Spec),
-		Requirement: kiln.ParseRequirementKey(p.Key), Upstream: ups,
+	return t.releaseAll(ctx, []pendingJob{p}, [][]UpstreamJob{ups})
+}
+
+// releaseAll releases jobs together: each gets the Releaser's decision, and
+// the jobs queued alike (same key, spec kept, same timeout) move in one
+// statement, so a run's hundreds of matrix roots cost a few updates.
+func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJob) error {
+	type group struct {
+		key     string
+		timeout time.Duration
 	}
-	var r Release
-	if t.db.releaser != nil {
-		r = t.db.releaser(rj)
-	}
-	ids := []string{p.ID}
-	switch {
-	case r.Fail != "":
-		_, err := t.move(ctx, mFailRelease, change{ids: ids, err: r.Fail})
-		return err
-	case r.Skip:
-		reason := r.SkipReason
-		if reason == "" {
-			reason = "if: condition was false"
+	groups := map[group][]string{}
+	var order []group
+	for i, p := range ps {
+		rj := ReadyJob{
+			ID: p.ID, RunID: p.RunID, Name: p.Name, Base: p.Base,
+			Matrix: json.RawMessage(p.Matrix), Spec: json.RawMessage(p.Spec),
+			Requirement: kiln.ParseRequirementKey(p.Key), Upstream: ups[i],
 		}
-		_, err := t.move(ctx, mSkip, change{ids: ids, err: reason})
-		return err
+		var r Release
+		if t.db.releaser != nil {
+			r = t.db.releaser(rj)
+		}
+		ids := []string{p.ID}
+		switch {
+		case r.Fail != "":
+			if _, err := t.move(ctx, mFailRelease, change{ids: ids, err: r.Fail}); err != nil {
+				return err
+			}
+			continue
+		case r.Skip:
+			reason := r.SkipReason
+			if reason == "" {
+				reason = "if: condition was false"
+			}
+			if _, err := t.move(ctx, mSkip, change{ids: ids, err: reason}); err != nil {
+				return err
+			}
+			continue
+		}
+		key := p.Key
+		if r.Requirement != nil {
+			key = r.Requirement.Key()
+		}
+		timeout := r.QueueTimeout
+		if timeout == 0 {
+			timeout = t.db.cfg.QueueTimeout
+		}
+		if r.Spec != nil {
+			if err := t.enqueue(ctx, ids, key, timeout, string(r.Spec)); err != nil {
+				return err
+			}
+			continue
+		}
+		g := group{key, timeout}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], p.ID)
 	}
-	key := p.Key
-	if r.Requirement != nil {
-		key = r.Requirement.Key()
+	for _, g := range order {
+		if err := t.enqueue(ctx, groups[g], g.key, g.timeout, ""); err != nil {
+			return err
+		}
 	}
-	spec := p.Spec
-	if r.Spec != nil {
-		spec = string(r.Spec)
-	}
-	timeout := r.QueueTimeout
-	if timeout == 0 {
-		timeout = t.db.cfg.QueueTimeout
-	}
+	return nil
+}
+
+// enqueue moves released jobs into the queue (spec "" keeps their spec).
+func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, spec string) error {
 	var expires any
 	if timeout > 0 {
 		expires = ms(t.now.Add(timeout))
 	}
-	_, err := t.move(ctx, mRelease, change{ids: ids,
-		set:  "ready = 1, queue_key = ?, spec = ?, queued_at = ?, expires_at = ?, pending_reason = ?, pending_since = ?",
-		args: []any{key, spec, ms(t.now), expires, ReasonWaiting, ms(t.now)}})
+	set := "ready = 1, queue_key = ?, queued_at = ?, expires_at = ?, pending_reason = ?, pending_since = ?"
+	args := []any{key, ms(t.now), expires, ReasonWaiting, ms(t.now)}
+	if spec != "" {
+		set += ", spec = ?"
+		args = append(args, spec)
+	}
+	_, err := t.move(ctx, mRelease, change{ids: ids, set: set, args: args})
 	return err
 }

@@ -84,3 +84,46 @@ func TestStepsReconciled(t *testing.T) {
 		}
 	})
 }
+
+// A batch of completions commits together; refused items are reported one
+// by one and change nothing.
+func TestCompleteBatch(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b"), job("c"), job("d"), job("e", need("d"))))
+		var cs []store.Claimed
+		for _, n := range []string{"a", "b", "c", "d"} {
+			cs = append(cs, claimJob(t, db, "agent-1", cr.Jobs[n]))
+		}
+		old := lease(cs[2])
+		old.Epoch--
+		batch := []store.Completion{
+			{Lease: lease(cs[0]), Status: kiln.JobSuccess},
+			{Lease: lease(cs[1]), Status: kiln.JobFailed, Error: "exit 1"},
+			{Lease: old, Status: kiln.JobSuccess},
+			{Lease: lease(cs[3]), Status: kiln.JobSuccess, Outputs: map[string]string{"v": "1"}},
+			{Lease: store.Lease{JobID: "nope", Epoch: 1}, Status: kiln.JobSuccess},
+			{Lease: lease(cs[2]), Status: kiln.JobQueued},
+		}
+		errs, eff, err := db.Jobs().CompleteBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []error{nil, nil, store.ErrStaleLease, nil, store.ErrNotFound, store.ErrInvalid}
+		for i, w := range want {
+			if (w == nil) != (errs[i] == nil) || (w != nil && !errors.Is(errs[i], w)) {
+				t.Errorf("item %d: err %v, want %v", i, errs[i], w)
+			}
+		}
+		wantStatus(t, db, cs[0].JobID, kiln.JobSuccess)
+		if j := wantStatus(t, db, cs[1].JobID, kiln.JobFailed); j.Error != "exit 1" {
+			t.Fatalf("error %q", j.Error)
+		}
+		wantStatus(t, db, cs[2].JobID, kiln.JobDispatched)
+		if j := wantStatus(t, db, cs[3].JobID, kiln.JobSuccess); j.Outputs["v"] != "1" {
+			t.Fatalf("outputs %v", j.Outputs)
+		}
+		if len(eff.Queued) != 1 || eff.Queued[0].Name != "e" || len(eff.Finished) != 3 {
+			t.Fatalf("effects %+v", eff)
+		}
+	})
+}

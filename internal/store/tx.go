@@ -71,11 +71,15 @@ func (db *DB) update(ctx context.Context, fn func(t *txn) error) error {
 }
 
 func (db *DB) updateOnce(ctx context.Context, fn func(t *txn) error) error {
+	if db.comb != nil {
+		return db.combined(ctx, fn)
+	}
 	sqlTx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", db.dialect.wrap(err))
 	}
 	t := &txn{db: db, tx: sqlTx, now: db.now(), locked: map[string]bool{}}
+	defer func() { db.prepareWanted(context.WithoutCancel(ctx), t.wanted) }()
 	if err := fn(t); err != nil {
 		_ = sqlTx.Rollback()
 		return err
@@ -144,43 +148,12 @@ type querier interface {
 type readPool struct{ c *core }
 
 func (p readPool) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	if s := p.c.readStmt(q); s != nil {
-		rows, err := s.QueryContext(ctx, args...)
-		return rows, p.c.dialect.wrap(err)
-	}
 	rows, err := p.c.read.QueryContext(ctx, p.c.bind(q), args...)
 	return rows, p.c.dialect.wrap(err)
 }
 
 func (p readPool) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	if s := p.c.readStmt(q); s != nil {
-		return s.QueryRowContext(ctx, args...)
-	}
 	return p.c.read.QueryRowContext(ctx, p.c.bind(q), args...)
-}
-
-// readStmt is the read pool's prepared statement for q (SQLite only; see
-// stmtcache.go). The read pool has several connections, so it prepares at
-// once.
-func (c *core) readStmt(q string) *sql.Stmt {
-	if c.dialect.name() != "sqlite" {
-		return nil
-	}
-	return c.readStmts.get(c.read, q, false)
-}
-
-// stmt is the statement to run q with in this transaction: the writer's
-// prepared statement, or nil to run q unprepared (see stmtcache.go).
-func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt {
-	c := t.db.core
-	if c.dialect.name() != "sqlite" {
-		return nil
-	}
-	s := c.writeStmts.get(c.write, q, true)
-	if s == nil {
-		return nil
-	}
-	return t.tx.StmtContext(ctx, s)
 }
 
 // txn is the internal side of a write transaction.
@@ -197,11 +170,19 @@ type txn struct {
 	ended []movedJob
 	// dirty are runs to roll up at settle.
 	dirty map[string]bool
+	// wanted are statements to prepare once the transaction ended.
+	wanted []string
+	// ctx, when set, replaces the contexts operations pass to statements
+	// (combined SQLite transactions must not be interrupted by one caller).
+	ctx context.Context
 }
 
 func (t *txn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	if s := t.stmt(ctx, q); s != nil {
-		res, err := s.ExecContext(ctx, args...)
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
+	if st := t.stmt(ctx, q); st != nil {
+		res, err := st.ExecContext(ctx, args...)
 		return res, t.db.dialect.wrap(err)
 	}
 	res, err := t.tx.ExecContext(ctx, t.db.bind(q), args...)
@@ -209,8 +190,11 @@ func (t *txn) exec(ctx context.Context, q string, args ...any) (sql.Result, erro
 }
 
 func (t *txn) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	if s := t.stmt(ctx, q); s != nil {
-		rows, err := s.QueryContext(ctx, args...)
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
+	if st := t.stmt(ctx, q); st != nil {
+		rows, err := st.QueryContext(ctx, args...)
 		return rows, t.db.dialect.wrap(err)
 	}
 	rows, err := t.tx.QueryContext(ctx, t.db.bind(q), args...)
@@ -218,10 +202,56 @@ func (t *txn) query(ctx context.Context, q string, args ...any) (*sql.Rows, erro
 }
 
 func (t *txn) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	if s := t.stmt(ctx, q); s != nil {
-		return s.QueryRowContext(ctx, args...)
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
+	if st := t.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
 	}
 	return t.tx.QueryRowContext(ctx, t.db.bind(q), args...)
+}
+
+// stmt returns the transaction's handle on a cached prepared statement, or
+// nil to run q unprepared this time. Only SQLite caches: parsing a statement
+// costs about as much as running it there, and its one writer connection
+// keeps every cached statement hot. pgx already caches prepared statements
+// per PostgreSQL connection by SQL text.
+func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt {
+	if t.db.dialect.name() != "sqlite" {
+		return nil
+	}
+	if v, ok := t.db.stmts.Load(q); ok {
+		return t.tx.StmtContext(ctx, v.(*sql.Stmt))
+	}
+	// The transaction holds the only writer connection, so the statement
+	// is prepared after it ends (see prepareWanted).
+	if t.db.nstmts.Load() < maxPrepared {
+		t.wanted = append(t.wanted, q)
+	}
+	return nil
+}
+
+// maxPrepared bounds the statement cache; statements with expanded IN lists
+// vary, and past the bound they simply run unprepared.
+const maxPrepared = 512
+
+// prepareWanted prepares, on the now free writer connection, the statements
+// a transaction ran unprepared.
+func (c *core) prepareWanted(ctx context.Context, qs []string) {
+	for _, q := range qs {
+		if _, ok := c.stmts.Load(q); ok || c.nstmts.Load() >= maxPrepared {
+			continue
+		}
+		st, err := c.write.PrepareContext(ctx, q)
+		if err != nil {
+			continue // the unprepared path reports errors
+		}
+		if _, loaded := c.stmts.LoadOrStore(q, st); loaded {
+			_ = st.Close()
+			continue
+		}
+		c.nstmts.Add(1)
+	}
 }
 
 // bind rewrites ? placeholders for the dialect, caching static statements.

@@ -1,0 +1,152 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SQLite has one writer, so concurrent write transactions wait for each
+// other anyway. The combiner turns that queue into group commit: it takes
+// the operations waiting at the moment, runs each inside one transaction
+// under its own SAVEPOINT (an operation that fails rolls back alone), and
+// commits them together. Each operation stays atomic and sees exactly what
+// serial execution would show it; the BEGIN, the COMMIT and the WAL writes
+// of the pages they share are paid once per batch instead of once per
+// operation.
+
+// maxCombined bounds the operations of one combined transaction, and
+// combineBudget its running time.
+const (
+	maxCombined   = 64
+	combineBudget = 2 * time.Millisecond
+)
+
+var errClosed = errors.New("store: closed")
+
+type writeReq struct {
+	ctx  context.Context
+	db   *DB
+	fn   func(t *txn) error
+	err  error
+	done chan struct{}
+}
+
+type combiner struct {
+	reqs chan *writeReq
+	quit chan struct{}
+	exit chan struct{}
+}
+
+func (c *core) startCombiner() {
+	c.comb = &combiner{reqs: make(chan *writeReq), quit: make(chan struct{}), exit: make(chan struct{})}
+	go c.combine()
+}
+
+func (c *core) stopCombiner() {
+	if c.comb != nil {
+		close(c.comb.quit)
+		<-c.comb.exit
+	}
+}
+
+// combined runs fn as one operation of a combined transaction and returns
+// once that transaction committed or rolled back.
+func (db *DB) combined(ctx context.Context, fn func(t *txn) error) error {
+	r := &writeReq{ctx: ctx, db: db, fn: fn, done: make(chan struct{})}
+	select {
+	case db.comb.reqs <- r:
+	case <-db.comb.quit:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once taken, the operation runs (or is refused for its cancelled
+	// context) and its outcome is known before we return.
+	<-r.done
+	return r.err
+}
+
+func (c *core) combine() {
+	defer close(c.comb.exit)
+	var pending []*writeReq
+	for {
+		if len(pending) == 0 {
+			select {
+			case r := <-c.comb.reqs:
+				pending = append(pending, r)
+			case <-c.comb.quit:
+				return
+			}
+		}
+	fill:
+		for len(pending) < maxCombined {
+			select {
+			case r := <-c.comb.reqs:
+				pending = append(pending, r)
+			default:
+				break fill
+			}
+		}
+		n := c.runBatch(pending)
+		pending = append(pending[:0], pending[n:]...)
+	}
+}
+
+// runBatch runs operations of batch in one transaction, in order, until
+// they are done or the transaction has run for combineBudget; it returns
+// how many it ran. The rest wait for the next transaction, so no operation
+// (a claim, typically) waits long behind a heap of others.
+func (c *core) runBatch(batch []*writeReq) (n int) {
+	var wanted []string
+	defer func() {
+		for _, r := range batch[:n] {
+			close(r.done)
+		}
+		c.prepareWanted(context.Background(), wanted)
+	}()
+	// The transaction must not die with one caller's context: interrupting
+	// a statement would roll back every operation in the batch.
+	start := time.Now()
+	sqlTx, err := c.write.BeginTx(context.Background(), nil)
+	if err != nil {
+		n = len(batch)
+		for _, r := range batch {
+			r.err = fmt.Errorf("begin: %w", err)
+		}
+		return n
+	}
+	bg := context.Background()
+	for _, r := range batch {
+		if n > 0 && time.Since(start) > combineBudget {
+			break
+		}
+		n++
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			continue
+		}
+		if _, err := sqlTx.ExecContext(bg, "SAVEPOINT op"); err != nil {
+			r.err = err
+			continue
+		}
+		t := &txn{db: r.db, tx: sqlTx, now: r.db.now(), locked: map[string]bool{}, ctx: context.WithoutCancel(r.ctx)}
+		r.err = r.fn(t)
+		wanted = append(wanted, t.wanted...)
+		if r.err != nil {
+			_, _ = sqlTx.ExecContext(bg, "ROLLBACK TO op")
+		}
+		if _, err := sqlTx.ExecContext(bg, "RELEASE op"); err != nil && r.err == nil {
+			r.err = err
+		}
+	}
+	if err := sqlTx.Commit(); err != nil {
+		for _, r := range batch[:n] {
+			if r.err == nil {
+				r.err = fmt.Errorf("commit: %w", err)
+			}
+		}
+	}
+	return n
+}
