@@ -174,14 +174,7 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 	// The job ended: its open step logs are closed and indexed in the
 	// transaction that completes it.
 	chunks := a.endJob(m.JobID, m.LeaseEpoch, f.logs)
-	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-		if len(chunks) > 0 {
-			if err := tx.Logs().Append(ctx, chunks...); err != nil {
-				return store.Effects{}, err
-			}
-		}
-		return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs})
-	})
+	err := f.cm.completeJob(store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs}, chunks)
 	if err == nil || refusal(err) {
 		if a.finish(m.JobID, m.LeaseEpoch) {
 			f.disp.agentFree(a)
