@@ -174,7 +174,9 @@ func (f *Fleet) Cancel(t store.CancelTarget, force bool, reason string) {
 		return
 	}
 	a.mu.Unlock()
-	_ = a.c.send(m)
+	// Not on the caller's goroutine: the engine calls Cancel while it
+	// applies effects, and a stuck agent must not hold that up.
+	go func() { _ = a.c.send(m) }()
 }
 
 // Drain asks an agent to finish its jobs and take no new ones.
