@@ -136,14 +136,14 @@ func (cm *committer) drain(ctx context.Context) {
 		cm.mu.Unlock()
 		close(locked)
 	}()
+wait:
 	for {
 		select {
 		case o := <-cm.ch:
 			cm.commit(ctx, []*op{o})
-			continue
 		case <-locked:
+			break wait
 		}
-		break
 	}
 	for {
 		select {
