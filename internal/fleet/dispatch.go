@@ -157,6 +157,16 @@ type pick struct {
 // before the queue was drained or every accepting agent was busy.
 func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	f := d.f
+	// A few jobs and a few idle agents (the common case of a webhook):
+	// every idle agent claims at once, without reading the queued keys
+	// first — the claim reads them itself — so the dispatch is one
+	// transaction after the wake-up. The keys are read afterwards, for
+	// the pending reasons and whatever is left.
+	var fast []pick
+	if !full && hint > 0 {
+		fast = d.idle(max(hint, fastPathAgents))
+		d.claim(ctx, fast)
+	}
 	keys, err := f.db.Queue().Keys(ctx)
 	if err != nil {
 		f.log.Error("fleet: reading the queue failed; the redrive will retry", "err", err)
@@ -165,6 +175,15 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	live := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		live[k] = true
+	}
+	for _, p := range fast {
+		if len(p.got) < p.n {
+			for k := range live {
+				if p.a.labels.Accepts(requirement(k)) {
+					delete(live, k)
+				}
+			}
+		}
 	}
 	budget := hint
 	if full {
@@ -197,6 +216,24 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	}
 	d.explain(ctx, keys, live, hint > 0 || full)
 	return done
+}
+
+// fastPathAgents is how many idle agents a wake-up for a few jobs offers
+// them to without routing by key first.
+const fastPathAgents = 4
+
+// idle returns the agents with free slots, if there are at most n of them.
+func (d *dispatcher) idle(n int) []pick {
+	var picks []pick
+	for _, a := range d.f.reg.list() {
+		if free := a.freeSlots(); free > 0 {
+			if len(picks) == n {
+				return nil
+			}
+			picks = append(picks, pick{a: a, n: free})
+		}
+	}
+	return picks
 }
 
 // allot gives each live key idle agents accepting it: at least one, and
