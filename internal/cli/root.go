@@ -89,7 +89,18 @@ func newRoot(e *env) *cobra.Command {
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(newVersionCmd(e))
 	root.AddCommand(newLintCmd(e))
+	root.AddCommand(newServerCmd(e))
 	root.AddCommand(newAgentCmd(e))
+	root.AddCommand(newRunCmd(e))
+	root.AddCommand(newRunsCmd(e))
+	root.AddCommand(newLogsCmd(e))
+	root.AddCommand(newAgentsCmd(e))
+	root.AddCommand(newTokensCmd(e))
+	root.AddCommand(newSourcesCmd(e))
+	root.AddCommand(newDispatchCmd(e))
+	root.AddCommand(newQueueCmd(e))
+	root.AddCommand(newEventsCmd(e))
+	root.AddCommand(newTriggerCmd(e))
 	return root
 }
 

@@ -237,12 +237,14 @@ func TestJobTimeoutDuringRetryWait(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)
 	start := time.Now()
-	res, rec := runJob(t, x, &Job{JobID: "j", Timeout: 400 * time.Millisecond, Steps: []Step{
+	// The timeout leaves the first attempt time to fail even on a loaded
+	// machine, so it fires during the minute-long retry wait.
+	res, rec := runJob(t, x, &Job{JobID: "j", Timeout: 3 * time.Second, Steps: []Step{
 		{Run: "exit 1", Retry: Retry{MaxAttempts: 5, Delay: time.Minute}},
 		{Run: "true"},
 	}})
 	wantStatuses(t, res, failed, skipped)
-	if res.Error != "job timed out after 400ms" || res.Steps[0].Attempt != 1 {
+	if res.Error != "job timed out after 3s" || res.Steps[0].Attempt != 1 {
 		t.Fatalf("job %q, step %+v", res.Error, res.Steps[0])
 	}
 	if !strings.Contains(rec.text(0), "retrying in 1m0s") {

@@ -100,6 +100,18 @@ func (c *conn) capacity(a *agent, active int, draining bool) {
 	}
 }
 
+// foreign refuses a report about a job the agent does not hold under that
+// epoch — another agent's, or one it lost — as a stale lease. The store
+// checks only the lease, which any agent can name.
+func (c *conn) foreign(a *agent, what, jobID string, epoch int64) bool {
+	if _, ok := a.holds(jobID, epoch); ok {
+		return false
+	}
+	c.f.stats.staleRefused.Add(1)
+	c.sendError(proto.ErrStaleLease, fmt.Sprintf("%s refused: the agent does not hold job %s under lease epoch %d", what, jobID, epoch))
+	return true
+}
+
 // jobAck records that the agent accepted a dispatch. The write is deferred
 // to the next sweep (which writes it before running the ack sweep): the
 // agent's job.status running, which clears the deadline as well, normally
@@ -107,6 +119,9 @@ func (c *conn) capacity(a *agent, active int, draining bool) {
 // deadline is written now.
 func (c *conn) jobAck(a *agent, m *proto.JobAck) error {
 	f := c.f
+	if c.foreign(a, "job.ack", m.JobID, m.LeaseEpoch) {
+		return nil
+	}
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
 	if j, ok := a.holds(m.JobID, m.LeaseEpoch); ok && !j.ackDeadline.IsZero() &&
 		f.now().Before(j.ackDeadline.Add(-2*f.cfg.SweepInterval)) {
@@ -124,6 +139,9 @@ func (c *conn) jobAck(a *agent, m *proto.JobAck) error {
 }
 
 func (c *conn) jobReject(a *agent, m *proto.JobReject) error {
+	if c.foreign(a, "job.reject", m.JobID, m.LeaseEpoch) {
+		return nil
+	}
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
 	why := "the agent refused it (" + m.Reason + ")"
 	if m.Message != "" {
@@ -160,6 +178,9 @@ func (c *conn) jobHeartbeat(a *agent, m *proto.JobHeartbeat) {
 
 func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 	f := c.f
+	if c.foreign(a, "job.status "+string(m.Status), m.JobID, m.LeaseEpoch) {
+		return nil
+	}
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
 	if m.Status == kiln.JobRunning {
 		err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
@@ -185,6 +206,9 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 
 func (c *conn) stepStatus(a *agent, m *proto.StepStatus) error {
 	f := c.f
+	if c.foreign(a, "step.status", m.JobID, m.LeaseEpoch) {
+		return nil
+	}
 	var chunk *store.Chunk
 	if m.Status.Terminal() {
 		chunk = a.endStep(m.JobID, m.LeaseEpoch, m.Index, f.logs)
@@ -192,9 +216,6 @@ func (c *conn) stepStatus(a *agent, m *proto.StepStatus) error {
 	if m.Index < 0 {
 		// The checkout pseudo-step has a log but no row: the store keeps
 		// the workflow's steps from index 0.
-		if _, ok := a.holds(m.JobID, m.LeaseEpoch); !ok {
-			c.sendError(proto.ErrStaleLease, fmt.Sprintf("step.status refused: the agent does not hold job %s under lease epoch %d", m.JobID, m.LeaseEpoch))
-		}
 		return nil
 	}
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}

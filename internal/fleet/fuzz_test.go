@@ -19,9 +19,10 @@ import (
 //   - as the first frame of a new connection: it is refused with one of the
 //     protocol's close codes, or, being an auth frame, answered;
 //   - when it is a valid frame a registered agent may send that is handled
-//     in memory (heartbeats, agent.status, job heartbeats, logs of jobs the
-//     agent does not hold), on a registered connection: it is handled, and
-//     the connection stays served (a probe that must be answered follows).
+//     in memory (heartbeats, agent.status, and every report about a job,
+//     refused since the fuzzing agent holds none), on a registered
+//     connection: it is handled, and the connection stays served (a probe
+//     that must be answered follows).
 //
 // So an input costs no store work: under the fuzzer's coverage
 // instrumentation the store is slow.
@@ -63,7 +64,10 @@ func FuzzAgentFrame(f *testing.F) {
 	// The frames a registered connection handles without the store (the
 	// others end the connection, or take the store's refusal path, which
 	// the other tests cover and which is slow under instrumentation).
-	inMemory := map[string]bool{proto.TypeHeartbeat: true, proto.TypeAgentStatus: true, proto.TypeJobHeartbeat: true, proto.TypeLog: true}
+	// Reports about jobs are refused in memory too: the fuzzing agent
+	// holds none.
+	inMemory := map[string]bool{proto.TypeHeartbeat: true, proto.TypeAgentStatus: true, proto.TypeJobHeartbeat: true, proto.TypeLog: true,
+		proto.TypeJobAck: true, proto.TypeJobReject: true, proto.TypeJobStatus: true, proto.TypeStepStatus: true}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		fresh := dial(t, h.url)
 		if err := fresh.ws.Write(bg, websocket.MessageText, frame); err == nil {

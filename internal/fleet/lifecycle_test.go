@@ -247,7 +247,13 @@ func TestStaleDetector(t *testing.T) {
 			h.advance(3 * time.Second)
 			c.send(&proto.JobHeartbeat{JobID: alive.JobID, LeaseEpoch: 1})
 			c.send(&proto.Heartbeat{Time: time.Now(), ActiveJobs: 2})
-			h.sweeps(2) // the heartbeat is written
+			// A connection's frames are handled in order, so once this
+			// durable frame is acknowledged the job heartbeat before it has
+			// been taken in; the sweeps then write it.
+			c.send(&proto.Log{JobID: alive.JobID, LeaseEpoch: 1, Step: 0,
+				Lines: []proto.LogLine{{Seq: uint64(i + 1), Stream: proto.StreamStdout, Text: "alive"}}})
+			c.waitAck(c.seq)
+			h.sweeps(2)
 		}
 		cancel := expect[*proto.Cancel](c)
 		if cancel.JobID != jobs["stuck"] || !cancel.Force {

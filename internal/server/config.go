@@ -35,6 +35,7 @@ type Config struct {
 	Queue    QueueConfig    `yaml:"queue"`
 	Webhooks WebhooksConfig `yaml:"webhooks"`
 	Runs     RunsConfig     `yaml:"runs"`
+	Metrics  MetricsConfig  `yaml:"metrics"`
 }
 
 // LogConfig configures the server's own structured log.
@@ -72,11 +73,20 @@ type QueueConfig struct {
 type WebhooksConfig struct {
 	MaxBodyBytes int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
 	DedupTTL     time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
+	ClaimLease   time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
 }
 
 // RunsConfig configures runs.
 type RunsConfig struct {
-	CancelGrace time.Duration `yaml:"cancel_grace" doc:"a cancelled job whose agent does not confirm within this is marked cancelled anyway"`
+	CancelGrace      time.Duration `yaml:"cancel_grace" doc:"a cancelled job whose agent does not confirm within this is marked cancelled anyway"`
+	ScheduleInterval time.Duration `yaml:"schedule_interval" doc:"how often cron schedules are checked for due fires"`
+}
+
+// MetricsConfig configures /metrics (docs/metrics.md).
+type MetricsConfig struct {
+	Listen                string        `yaml:"listen" doc:"serve /metrics on this address only, instead of on the main listener (empty: the main listener)"`
+	RefreshInterval       time.Duration `yaml:"refresh_interval" doc:"how often the queue gauges are read from the database"`
+	BackpressureThreshold int           `yaml:"backpressure_threshold" doc:"queued jobs that, two refreshes in a row, log a backpressure warning"`
 }
 
 // DefaultConfig returns the embedded defaults: everything a newcomer needs.
@@ -97,8 +107,9 @@ func DefaultConfig() Config {
 			MaxAttempts: 5, Expiry: time.Hour, UnroutableGrace: 2 * time.Minute,
 			SweepInterval: time.Second, RedriveInterval: 10 * time.Second,
 		},
-		Webhooks: WebhooksConfig{MaxBodyBytes: 25 << 20, DedupTTL: 24 * time.Hour},
-		Runs:     RunsConfig{CancelGrace: time.Minute},
+		Webhooks: WebhooksConfig{MaxBodyBytes: 25 << 20, DedupTTL: 24 * time.Hour, ClaimLease: 2 * time.Minute},
+		Runs:     RunsConfig{CancelGrace: time.Minute, ScheduleInterval: 15 * time.Second},
+		Metrics:  MetricsConfig{RefreshInterval: 5 * time.Second, BackpressureThreshold: 100},
 	}
 }
 
@@ -253,7 +264,9 @@ func (c *Config) Validate() error {
 		{"agents.stale_after", a.StaleAfter}, {"agents.ack_timeout", a.AckTimeout},
 		{"agents.recovery_window", a.RecoveryWindow}, {"queue.sweep_interval", c.Queue.SweepInterval},
 		{"queue.redrive_interval", c.Queue.RedriveInterval}, {"queue.unroutable_grace", c.Queue.UnroutableGrace},
-		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"runs.cancel_grace", c.Runs.CancelGrace},
+		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"webhooks.claim_lease", c.Webhooks.ClaimLease},
+		{"runs.cancel_grace", c.Runs.CancelGrace},
+		{"runs.schedule_interval", c.Runs.ScheduleInterval}, {"metrics.refresh_interval", c.Metrics.RefreshInterval},
 	} {
 		if d.v <= 0 {
 			add("%s must be positive, got %s", d.key, d.v)
@@ -279,6 +292,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Webhooks.MaxBodyBytes < 1<<10 {
 		add("webhooks.max_body_bytes must be at least 1024, got %d", c.Webhooks.MaxBodyBytes)
+	}
+	if c.Metrics.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+			add("metrics.listen: %q is not host:port (e.g. 127.0.0.1:9464)", c.Metrics.Listen)
+		} else if _, port, _ := net.SplitHostPort(c.Metrics.Listen); c.Metrics.Listen == c.Listen && port != "0" {
+			add("metrics.listen must differ from listen (leave it empty to serve /metrics on the main listener)")
+		}
+	}
+	if c.Metrics.BackpressureThreshold < 1 {
+		add("metrics.backpressure_threshold must be at least 1, got %d", c.Metrics.BackpressureThreshold)
 	}
 	return errors.Join(errs...)
 }

@@ -98,3 +98,26 @@ func TestEveryKeyIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricsConfigIsChecked(t *testing.T) {
+	c := DefaultConfig()
+	c.Metrics.Listen = c.Listen
+	c.Metrics.BackpressureThreshold = 0
+	c.Metrics.RefreshInterval = 0
+	err := c.Validate()
+	for _, want := range []string{"metrics.listen must differ", "metrics.backpressure_threshold", "metrics.refresh_interval"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validation error lacks %q: %v", want, err)
+		}
+	}
+	c = DefaultConfig()
+	c.Metrics.Listen = "9464"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "metrics.listen") {
+		t.Errorf("metrics.listen without a host: %v", err)
+	}
+	c = DefaultConfig()
+	c.Listen, c.Metrics.Listen = "127.0.0.1:0", "127.0.0.1:0" // two ports the system picks
+	if err := c.Validate(); err != nil {
+		t.Errorf("two :0 listeners refused: %v", err)
+	}
+}

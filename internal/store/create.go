@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -62,6 +63,9 @@ func validateRun(nr NewRun) ([]NewJob, error) {
 		}
 		if j.MaxParallel < 0 {
 			return nil, invalid("job %q: max_parallel %d is negative", j.Name, j.MaxParallel)
+		}
+		if j.Reuse != nil && !j.Reuse.Status.Terminal() {
+			return nil, invalid("job %q: a reused result must be terminal, not %q", j.Name, j.Reuse.Status)
 		}
 		bases[j.Base] = true
 		jobs[i] = j
@@ -204,24 +208,37 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			}
 			reason = "waiting for needs: " + strings.Join(bs, ", ")
 		}
-		jobRows = append(jobRows, []any{id, runID, i, j.Name, j.Base, jsonText(j.Matrix, "{}"), ready,
+		status, stepStatus := kiln.JobPending, kiln.StepPending
+		var result, outputs, jobErr, finished any
+		if r := j.Reuse; r != nil {
+			status, stepStatus, ready, reason = r.Status, kiln.StepSkipped, 1, nil
+			result, jobErr, finished = string(r.Status.Result()), nullString(r.Error), now
+			if len(r.Outputs) > 0 {
+				b, err := json.Marshal(r.Outputs)
+				if err != nil {
+					return fmt.Errorf("outputs: %w", err)
+				}
+				outputs = string(b)
+			}
+		}
+		jobRows = append(jobRows, []any{id, runID, i, j.Name, j.Base, jsonText(j.Matrix, "{}"), string(status), ready,
 			boolInt(hasDependents[j.Base]), j.MaxParallel, boolInt(j.FailFast), string(j.OnAgentLost),
-			jsonText(j.Spec, "{}"), j.Requirement.Key(), reason, now, now, now})
+			jsonText(j.Spec, "{}"), j.Requirement.Key(), reason, now, result, outputs, jobErr, finished, now, now})
 		for _, e := range j.Needs {
 			needRows = append(needRows, []any{id, runID, e.Job, formatResults(e.Accept)})
 		}
 		for k, s := range j.Steps {
-			stepRows = append(stepRows, []any{id, k, s})
+			stepRows = append(stepRows, []any{id, k, s, string(stepStatus)})
 		}
 	}
-	if err := t.insertRows(ctx, "jobs", "id, run_id, idx, name, base, matrix, status, ready, has_dependents, max_parallel, fail_fast, on_agent_lost, spec, queue_key, pending_reason, pending_since, created_at, updated_at",
-		"?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", jobRows); err != nil {
+	if err := t.insertRows(ctx, "jobs", "id, run_id, idx, name, base, matrix, status, ready, has_dependents, max_parallel, fail_fast, on_agent_lost, spec, queue_key, pending_reason, pending_since, result, outputs, error, finished_at, created_at, updated_at",
+		"?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", jobRows); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
 	if err := t.insertRows(ctx, "needs", "job_id, run_id, upstream, accept", "?, ?, ?, ?", needRows); err != nil {
 		return fmt.Errorf("insert needs: %w", err)
 	}
-	if err := t.insertRows(ctx, "steps", "job_id, idx, name, status", "?, ?, ?, 'pending'", stepRows); err != nil {
+	if err := t.insertRows(ctx, "steps", "job_id, idx, name, status", "?, ?, ?, ?", stepRows); err != nil {
 		return fmt.Errorf("insert steps: %w", err)
 	}
 	return t.releaseRoots(ctx, runID, jobs, ids)
@@ -231,9 +248,17 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 // their first wave, the others one by one.
 func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids []string) error {
 	waves := map[runBase]int{}
+	// A group carried over whole from a rerun (every child reused) has
+	// ended already; its dependents are evaluated below.
+	reusedBases := map[string]bool{}
+	for _, j := range jobs {
+		if done, seen := reusedBases[j.Base]; !seen || done {
+			reusedBases[j.Base] = j.Reuse != nil
+		}
+	}
 	var roots []pendingJob
 	for i, j := range jobs {
-		if len(j.Needs) > 0 {
+		if len(j.Needs) > 0 || j.Reuse != nil {
 			continue
 		}
 		if j.MaxParallel > 0 {
@@ -246,7 +271,23 @@ func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids
 	if err := t.releaseAll(ctx, roots, make([][]UpstreamJob, len(roots))); err != nil {
 		return err
 	}
+	for _, base := range sortedKeysBool(reusedBases) {
+		if err := t.releaseDependents(ctx, runBase{runID, base}, waves); err != nil {
+			return err
+		}
+	}
 	return t.releaseWaves(ctx, waves)
+}
+
+// sortedKeysBool returns the keys whose value is true, sorted.
+func sortedKeysBool(m map[string]bool) []string {
+	var out []string
+	for k, v := range m {
+		if v {
+			out = append(out, k)
+		}
+	}
+	return sortedStrings(out)
 }
 
 // insertRows inserts rows with multi-row INSERTs, chunked below both

@@ -64,6 +64,17 @@ type NewJob struct {
 	Requirement kiln.Requirement
 	Spec        json.RawMessage // opaque: what the engine sends an agent
 	Steps       []string        // step names, in order
+	// Reuse, when set, creates the job already finished with this result:
+	// a rerun of only the failed jobs carries the others over unchanged.
+	// Its dependents see it as finished from the start.
+	Reuse *Reused
+}
+
+// Reused is the carried-over result of a job in a partial rerun.
+type Reused struct {
+	Status  kiln.JobStatus // a terminal status
+	Outputs map[string]string
+	Error   string
 }
 
 // NeedEdge is one entry of a job's needs: a base job id and the results that

@@ -20,6 +20,7 @@ const ReasonWaiting = "waiting for an agent"
 type ReadyJob struct {
 	ID          string
 	RunID       string
+	RunNumber   int64
 	Name        string
 	Base        string
 	Matrix      json.RawMessage
@@ -200,9 +201,17 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 	}
 	groups := map[group][]string{}
 	var order []group
+	numbers := map[string]int64{} // run id → number, for the run context
 	for i, p := range ps {
+		number, ok := numbers[p.RunID]
+		if !ok {
+			if err := t.queryRow(ctx, "SELECT number FROM runs WHERE id = ?", p.RunID).Scan(&number); err != nil {
+				return fmt.Errorf("release %s: %w", p.Name, err)
+			}
+			numbers[p.RunID] = number
+		}
 		rj := ReadyJob{
-			ID: p.ID, RunID: p.RunID, Name: p.Name, Base: p.Base,
+			ID: p.ID, RunID: p.RunID, RunNumber: number, Name: p.Name, Base: p.Base,
 			Matrix: json.RawMessage(p.Matrix), Spec: json.RawMessage(p.Spec),
 			Requirement: kiln.ParseRequirementKey(p.Key), Upstream: ups[i],
 		}

@@ -297,6 +297,40 @@ func (a Auth) CreateAdminToken(ctx context.Context, name string, expiresAt time.
 	return tk, secret, nil
 }
 
+// EnsureAdminToken makes sure an admin token with the given secret exists
+// (an operator fixed it with KILN_ADMIN_TOKEN), creating it if needed.
+func (a Auth) EnsureAdminToken(ctx context.Context, name, secret string) (tk AdminToken, created bool, err error) {
+	if len(secret) < 16 {
+		return AdminToken{}, false, invalid("an admin token must be at least 16 characters long")
+	}
+	id, err := newID()
+	if err != nil {
+		return AdminToken{}, false, err
+	}
+	err = a.h.write(ctx, func(t *txn) error {
+		var err error
+		tk, err = scanAdminToken(t.queryRow(ctx, "SELECT "+adminTokenCols+" FROM admin_tokens WHERE hash = ?", HashToken(secret)))
+		if err == nil {
+			if !tk.RevokedAt.IsZero() {
+				return invalid("the admin token given in the configuration was revoked; choose another")
+			}
+			return nil
+		}
+		if !isNoRows(err) {
+			return err
+		}
+		tk, err = scanAdminToken(t.queryRow(ctx, `INSERT INTO admin_tokens (id, hash, prefix, name, created_at)
+			VALUES (?, ?, ?, ?, ?) RETURNING `+adminTokenCols,
+			id, HashToken(secret), displayPrefix(secret, AdminTokenPrefix), name, ms(t.now)))
+		created = err == nil
+		return err
+	})
+	if err != nil {
+		return AdminToken{}, false, fmt.Errorf("ensure admin token: %w", err)
+	}
+	return tk, created, nil
+}
+
 // AuthenticateAdmin returns the admin token a secret belongs to, or an
 // ErrUnauthorized error. It reads from the read pool and writes
 // last_used_at at most once a minute, so API reads do not each take the

@@ -1,0 +1,169 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"path/filepath"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/ingress"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// SourceList is every configured source, by name, secrets redacted.
+type SourceList struct {
+	Sources []Source `json:"sources"`
+}
+
+func sourceDTO(st store.Source) (Source, error) {
+	fs, err := ingress.Decode(st)
+	if err != nil {
+		return Source{}, err
+	}
+	return Source{Source: fs.Redacted(), ID: st.ID, CreatedAt: st.CreatedAt.UTC(), UpdatedAt: st.UpdatedAt.UTC()}, nil
+}
+
+func (s *server) listSources(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	srcs, err := s.DB.Sources().List(r.Context())
+	if err != nil {
+		return err
+	}
+	out := SourceList{Sources: make([]Source, 0, len(srcs))}
+	for _, st := range srcs {
+		dto, err := sourceDTO(st)
+		if err != nil {
+			return err
+		}
+		out.Sources = append(out.Sources, dto)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) createSource(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	var fs forge.Source
+	if err := s.decodeBody(w, r, &fs, false); err != nil {
+		return err
+	}
+	if err := fs.Validate(); err != nil {
+		return err
+	}
+	st, err := ingress.Encode(&fs)
+	if err != nil {
+		return err
+	}
+	created, err := s.DB.Sources().Create(r.Context(), st)
+	if err != nil {
+		return err
+	}
+	dto, err := sourceDTO(created)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/api/v1/sources/"+created.Name)
+	writeJSON(w, http.StatusCreated, dto)
+	return nil
+}
+
+// findSource returns a source by name, with a sentence when there is none.
+func (s *server) findSource(ctx context.Context, name string) (store.Source, error) {
+	if !validRef(name) {
+		return store.Source{}, errorf(codeNotFound, "there is no source named %.80q", name)
+	}
+	st, err := s.DB.Sources().GetByName(ctx, name)
+	if kiln.ErrorCode(err) == codeNotFound {
+		return st, errorf(codeNotFound, "there is no source named %q", name)
+	}
+	return st, err
+}
+
+func (s *server) getSource(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	st, err := s.findSource(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	dto, err := sourceDTO(st)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, dto)
+	return nil
+}
+
+func (s *server) deleteSource(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r); err != nil {
+		return err
+	}
+	st, err := s.findSource(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	if err := s.DB.Sources().Delete(r.Context(), st.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// sourceHook answers the post-receive hook of a local source. The query
+// says what the hook runs and exports: kiln (the executable), server
+// (KILN_SERVER) and token_file (KILN_TOKEN_FILE, a file only the pushing
+// user can read: the hook itself is world-readable).
+func (s *server) sourceHook(w http.ResponseWriter, r *http.Request) error {
+	if err := checkQuery(r, "kiln", "server", "token_file"); err != nil {
+		return err
+	}
+	st, err := s.findSource(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	fs, err := ingress.Decode(st)
+	if err != nil {
+		return err
+	}
+	if fs.Kind != forge.KindLocal || fs.Local == nil {
+		return errorf(codeInvalid, "source %s is a %s source; hooks are for local sources", fs.Name, fs.Kind)
+	}
+	cfg, err := HookConfigFor(fs.Name, r.URL.Query().Get("kiln"), r.URL.Query().Get("server"), r.URL.Query().Get("token_file"))
+	if err != nil {
+		return err
+	}
+	script, err := forge.HookScript(cfg)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, Hook{Source: fs.Name, Path: fs.Local.Path, Script: script})
+	return nil
+}
+
+// HookConfigFor validates what a local source's hook runs and exports:
+// the kiln executable, the server's URL (KILN_SERVER) and the file holding
+// the API token (KILN_TOKEN_FILE). Each may be empty.
+func HookConfigFor(source, kilnPath, server, tokenFile string) (forge.HookConfig, error) {
+	cfg := forge.HookConfig{Source: source, Kiln: kilnPath}
+	if server != "" {
+		u, err := url.Parse(server)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, errorf(codeInvalid, "server %.80q is not an http:// or https:// URL", server)
+		}
+		cfg.Env = append(cfg.Env, forge.EnvVar{Name: "KILN_SERVER", Value: server})
+	}
+	if tokenFile != "" {
+		if !filepath.IsAbs(tokenFile) {
+			return cfg, errorf(codeInvalid, "token_file %.80q must be an absolute path", tokenFile)
+		}
+		cfg.Env = append(cfg.Env, forge.EnvVar{Name: "KILN_TOKEN_FILE", Value: tokenFile})
+	}
+	return cfg, nil
+}

@@ -1,0 +1,367 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/spf13/cobra"
+)
+
+func newSourcesCmd(e *env) *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "sources",
+		Short: "Add, list, show and remove sources; print or install a local source's hook",
+		Long:  "sources manages the forges kiln receives events from (docs/sources.md describes each kind).",
+		Args:  cobra.NoArgs,
+	}
+	addClientFlags(cmd, &cf)
+	cmd.AddCommand(newSourcesAddCmd(e, &cf), newSourcesListCmd(e, &cf), newSourcesShowCmd(e, &cf),
+		newSourcesRemoveCmd(e, &cf), newSourcesHookCmd(e, &cf))
+	return cmd
+}
+
+// sourceFlags are the settings `sources add` takes. Secrets are never
+// flags (they would be in shell history and ps): each is read from a named
+// environment variable or a file.
+type sourceFlags struct {
+	kind                                       string
+	apiBase, webBase                           string
+	tokenEnv, tokenFile, secretEnv, secretFile string
+	appID                                      string
+	installationID                             int64
+	privateKeyFile                             string
+	repository, cloneURL, defaultBranch        string
+	auth, signatureHeader                      string
+	cloneUsername, clonePassEnv, clonePassFile string
+	path                                       string
+}
+
+// kindFlags says which kinds each setting belongs to.
+var kindFlags = map[string][]forge.Kind{
+	"api-base": {forge.KindGitHub, forge.KindGitea}, "web-base": {forge.KindGitHub},
+	"token-env": {forge.KindGitHub, forge.KindGitea}, "token-file": {forge.KindGitHub, forge.KindGitea},
+	"app-id": {forge.KindGitHub}, "installation-id": {forge.KindGitHub}, "private-key-file": {forge.KindGitHub},
+	"repository": {forge.KindGeneric}, "clone-url": {forge.KindGeneric}, "default-branch": {forge.KindGeneric},
+	"auth": {forge.KindGeneric}, "signature-header": {forge.KindGeneric}, "clone-username": {forge.KindGeneric},
+	"clone-password-env": {forge.KindGeneric}, "clone-password-file": {forge.KindGeneric},
+	"secret-env":  {forge.KindGitHub, forge.KindGitea, forge.KindGeneric},
+	"secret-file": {forge.KindGitHub, forge.KindGitea, forge.KindGeneric},
+	"path":        {forge.KindLocal},
+}
+
+func newSourcesAddCmd(e *env, cf *clientFlags) *cobra.Command {
+	var f sourceFlags
+	cmd := &cobra.Command{
+		Use:   "add NAME --kind github|gitea|generic|local",
+		Short: "Add a source",
+		Long: `add configures a source named NAME (lower-case letters, digits, dots, dashes, underscores).
+
+Secrets are never given on the command line, where shell history and ps would keep them:
+each is read from an environment variable you name (--token-env GITHUB_TOKEN) or from a
+file (--token-file ~/.config/gh-token). The server answers with the source, secrets
+redacted, and this command prints the webhook URL to give the forge.
+
+  github   --secret-env/--secret-file (webhook secret), and --token-env/--token-file or a
+           GitHub App (--app-id, --installation-id, --private-key-file); --api-base for
+           GitHub Enterprise (https://HOST/api/v3)
+  gitea    --api-base, --token-env/--token-file, --secret-env/--secret-file
+  generic  --repository, --clone-url, --auth hmac|bearer with --secret-env/--secret-file
+           (the HMAC secret or the bearer token), --signature-header, --default-branch,
+           --clone-username with --clone-password-env/--clone-password-file
+  local    --path (a git repository on the server's host)`,
+		Example: "  kiln sources add app --kind local --path /srv/git/app.git\n" +
+			"  GH_TOKEN=… GH_HOOK=… kiln sources add gh --kind github --token-env GH_TOKEN --secret-env GH_HOOK\n" +
+			"  kiln sources add forgejo --kind gitea --api-base https://git.example.com --token-file tok --secret-file hook",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src, err := f.source(cmd, e, args[0])
+			if err != nil {
+				return err
+			}
+			c, err := cf.client(e)
+			if err != nil {
+				return err
+			}
+			added, err := c.AddSource(cmd.Context(), src)
+			if err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintf(e.stdout, "added %s source %s\n", added.Kind, added.Name)
+			if added.Kind == forge.KindLocal {
+				fmt.Fprintf(e.stdout, "install its post-receive hook with: kiln sources hook %s --install\n", added.Name)
+			} else {
+				fmt.Fprintf(e.stdout, "webhook URL: %s/webhook/%s/%s\n", strings.TrimSuffix(cf.serverURL(e), "/"), added.Kind, added.Name)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.kind, "kind", "", "github, gitea, generic or local (required)")
+	fs.StringVar(&f.apiBase, "api-base", "", "the forge's API root (github: default https://api.github.com; gitea: the instance's URL)")
+	fs.StringVar(&f.webBase, "web-base", "", "github: where repositories are cloned from (derived from --api-base)")
+	fs.StringVar(&f.tokenEnv, "token-env", "", "an environment variable holding the forge API token")
+	fs.StringVar(&f.tokenFile, "token-file", "", "a file holding the forge API token")
+	fs.StringVar(&f.secretEnv, "secret-env", "", "an environment variable holding the webhook secret (generic: the HMAC secret or bearer token)")
+	fs.StringVar(&f.secretFile, "secret-file", "", "a file holding the webhook secret (generic: the HMAC secret or bearer token)")
+	fs.StringVar(&f.appID, "app-id", "", "github: the GitHub App's id or client id")
+	fs.Int64Var(&f.installationID, "installation-id", 0, "github: the App installation's id")
+	fs.StringVar(&f.privateKeyFile, "private-key-file", "", "github: the App's private key (PEM file)")
+	fs.StringVar(&f.repository, "repository", "", "generic: the repository name workflows see (owner/name)")
+	fs.StringVar(&f.cloneURL, "clone-url", "", "generic: where kiln fetches the code (https, ssh, git or file URL)")
+	fs.StringVar(&f.defaultBranch, "default-branch", "", "generic: the default branch")
+	fs.StringVar(&f.auth, "auth", "hmac", "generic: how deliveries prove themselves: hmac or bearer")
+	fs.StringVar(&f.signatureHeader, "signature-header", "", "generic: the header holding the HMAC signature (default X-Signature-256)")
+	fs.StringVar(&f.cloneUsername, "clone-username", "", "generic: the user for https fetches")
+	fs.StringVar(&f.clonePassEnv, "clone-password-env", "", "generic: an environment variable holding the https fetch password")
+	fs.StringVar(&f.clonePassFile, "clone-password-file", "", "generic: a file holding the https fetch password")
+	fs.StringVar(&f.path, "path", "", "local: the git repository's path on the server's host")
+	return cmd
+}
+
+// source builds the forge configuration from the flags.
+func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Source, error) {
+	kind := forge.Kind(f.kind)
+	if !kind.Valid() {
+		return forge.Source{}, usageErrorf("--kind must be github, gitea, generic or local")
+	}
+	for flag, kinds := range kindFlags {
+		if cmd.Flags().Changed(flag) && !containsKind(kinds, kind) {
+			return forge.Source{}, usageErrorf("--%s is not a setting of %s sources", flag, kind)
+		}
+	}
+	src := forge.Source{Name: name, Kind: kind}
+	token, err := readSecret(e, f.tokenEnv, f.tokenFile, "token")
+	if err != nil {
+		return src, err
+	}
+	secret, err := readSecret(e, f.secretEnv, f.secretFile, "secret")
+	if err != nil {
+		return src, err
+	}
+	switch kind {
+	case forge.KindGitHub:
+		gh := &forge.GitHubConfig{APIBase: f.apiBase, WebBase: f.webBase, Token: token, WebhookSecret: secret}
+		if f.appID != "" || f.installationID != 0 || f.privateKeyFile != "" {
+			key, err := readSecret(e, "", f.privateKeyFile, "private-key")
+			if err != nil {
+				return src, err
+			}
+			gh.App = &forge.GitHubApp{AppID: f.appID, InstallationID: f.installationID, PrivateKeyPEM: key}
+		}
+		src.GitHub = gh
+	case forge.KindGitea:
+		src.Gitea = &forge.GiteaConfig{APIBase: f.apiBase, Token: token, WebhookSecret: secret}
+	case forge.KindGeneric:
+		pass, err := readSecret(e, f.clonePassEnv, f.clonePassFile, "clone-password")
+		if err != nil {
+			return src, err
+		}
+		g := &forge.GenericConfig{Repository: f.repository, CloneURL: f.cloneURL, DefaultBranch: f.defaultBranch,
+			CloneUsername: f.cloneUsername, ClonePassword: pass, Auth: forge.GenericAuth{Type: f.auth, Header: f.signatureHeader}}
+		if f.auth == forge.AuthBearer {
+			g.Auth.Token = secret
+		} else {
+			g.Auth.Secret = secret
+		}
+		src.Generic = g
+	case forge.KindLocal:
+		p := f.path
+		if p != "" {
+			if abs, err := filepath.Abs(p); err == nil {
+				p = abs
+			}
+		}
+		src.Local = &forge.LocalConfig{Path: p}
+	}
+	return src, nil
+}
+
+func containsKind(ks []forge.Kind, k forge.Kind) bool {
+	for _, x := range ks {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// readSecret reads a secret from the environment variable named envName or
+// from file (at most one of them); "" when neither is given.
+func readSecret(e *env, envName, file, what string) (string, error) {
+	switch {
+	case envName != "" && file != "":
+		return "", usageErrorf("give --%s-env or --%s-file, not both", what, what)
+	case envName != "":
+		v := e.getenv(envName)
+		if v == "" {
+			return "", usageErrorf("--%s-env %s: that environment variable is empty or not set", what, envName)
+		}
+		return v, nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", usageErrorf("--%s-file: %v", what, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if what != "private-key" {
+			v = strings.TrimSpace(v)
+		}
+		if v == "" {
+			return "", usageErrorf("--%s-file %s is empty", what, file)
+		}
+		return v, nil
+	}
+	return "", nil
+}
+
+func newSourcesListCmd(e *env, cf *clientFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List sources (secrets redacted)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client(e)
+			if err != nil {
+				return err
+			}
+			srcs, err := c.Sources(cmd.Context())
+			if err != nil {
+				return apiError(err)
+			}
+			if asJSON {
+				return printJSON(e.stdout, srcs)
+			}
+			tw := newTable(e.stdout)
+			fmt.Fprintln(tw, "NAME\tKIND\tWHERE\tCREATED")
+			for _, s := range srcs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Kind, or(where(s)), ago(&s.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// where is the address a source reads code from.
+func where(s api.Source) string {
+	switch {
+	case s.Local != nil:
+		return s.Local.Path
+	case s.Generic != nil:
+		return s.Generic.CloneURL
+	case s.Gitea != nil:
+		return s.Gitea.APIBase
+	case s.GitHub != nil:
+		return cmp(s.GitHub.APIBase, forge.DefaultGitHubAPI)
+	}
+	return ""
+}
+
+func newSourcesShowCmd(e *env, cf *clientFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a source's configuration (secrets redacted)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client(e)
+			if err != nil {
+				return err
+			}
+			s, err := c.Source(cmd.Context(), args[0])
+			if err != nil {
+				return apiError(err)
+			}
+			if !asJSON {
+				fmt.Fprintf(e.stdout, "%s source %s (id %s), added %s\n", s.Kind, s.Name, s.ID, ago(&s.CreatedAt))
+			}
+			return printJSON(e.stdout, s)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print only JSON")
+	return cmd
+}
+
+func newSourcesRemoveCmd(e *env, cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a source",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client(e)
+			if err != nil {
+				return err
+			}
+			if err := c.RemoveSource(cmd.Context(), args[0]); err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintf(e.stdout, "removed source %s\n", args[0])
+			return nil
+		},
+	}
+}
+
+func newSourcesHookCmd(e *env, cf *clientFlags) *cobra.Command {
+	var install, force bool
+	var kilnPath string
+	cmd := &cobra.Command{
+		Use:   "hook NAME",
+		Short: "Print, or install, the post-receive hook of a local source",
+		Long: `hook prints the post-receive hook that makes every push to a local source's repository
+run "kiln trigger". With --install it writes the hook into the repository (run it on the
+server's host, where the repository is); a hook kiln did not write is left alone unless
+--force.
+
+The hook runs this kiln executable (or --kiln) and exports KILN_SERVER as this command's
+server. When this command read its admin token from the file $KILN_TOKEN_FILE names, the
+hook exports KILN_TOKEN_FILE too: keep that file readable only by the users who push. A
+token itself is never written into the hook.`,
+		Example: "  kiln sources hook app\n  KILN_TOKEN_FILE=/etc/kiln/push-token kiln sources hook app --install",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client(e)
+			if err != nil {
+				return err
+			}
+			if kilnPath == "" {
+				if exe, err := os.Executable(); err == nil {
+					kilnPath = exe
+				}
+			}
+			q := api.HookQuery{Kiln: kilnPath, Server: cf.serverURL(e), TokenFile: cf.tokenPath(e)}
+			hook, err := c.SourceHook(cmd.Context(), args[0], q)
+			if err != nil {
+				return apiError(err)
+			}
+			if q.TokenFile == "" {
+				fmt.Fprintf(e.stderr, "note: the hook exports no token; pushers need %s or %s set\n", EnvToken, EnvTokenFile)
+			}
+			if !install {
+				fmt.Fprint(e.stdout, hook.Script)
+				return nil
+			}
+			cfg, err := api.HookConfigFor(hook.Source, q.Kiln, q.Server, q.TokenFile)
+			if err != nil {
+				return apiError(err)
+			}
+			src := forge.Source{Name: hook.Source, Kind: forge.KindLocal, Local: &forge.LocalConfig{Path: hook.Path}}
+			path, err := forge.InstallHook(cmd.Context(), &src, cfg, force, forge.Options{})
+			if err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintf(e.stdout, "installed %s\n", path)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&install, "install", false, "write the hook into the repository")
+	cmd.Flags().BoolVar(&force, "force", false, "with --install: replace a hook kiln did not write")
+	cmd.Flags().StringVar(&kilnPath, "kiln", "", "the kiln executable the hook runs (default: this one)")
+	return cmd
+}

@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/expr"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// release is the engine's store.Releaser: for a job whose needs are met it
+// evaluates `if:`, then workflow env, job env, matrix values and runs_on,
+// and returns the job's final spec. It is pure (no I/O) because it runs
+// inside the store's write transaction. A job whose expressions fail to
+// evaluate fails with the reason, naming the expression.
+func release(job store.ReadyJob) store.Release {
+	var b blob
+	if err := json.Unmarshal(job.Spec, &b); err != nil {
+		return store.Release{Fail: "internal error: the job's stored spec does not decode"}
+	}
+	rp := b.Release
+	ctx := b.Spec.Contexts
+	if ctx == nil {
+		ctx = map[string]any{}
+	}
+	ctx["run"] = map[string]any{
+		"id": job.RunID, "number": float64(job.RunNumber), "workflow": rp.Workflow, "attempt": float64(rp.Attempt),
+	}
+	needs, err := needsContext(job, rp.Needs)
+	if err != nil {
+		return store.Release{Fail: err.Error()}
+	}
+	ctx["needs"] = needs
+
+	// Workflow env sees event, inputs and run; job env also env, matrix, needs.
+	wfEnv, err := renderEnv(rp.WorkflowEnv, map[string]any{"event": ctx["event"], "inputs": ctx["inputs"], "run": ctx["run"]}, "env")
+	if err != nil {
+		return store.Release{Fail: err.Error()}
+	}
+	ctx["env"] = toAny(wfEnv)
+
+	if rp.If != "" {
+		ok, err := evalCond(rp.If, ctx)
+		if err != nil {
+			return store.Release{Fail: err.Error()}
+		}
+		if !ok {
+			return store.Release{Skip: true, SkipReason: "if: " + rp.If + " was false"}
+		}
+	}
+
+	matrix, err := renderEnv(rp.Matrix, ctx, "matrix")
+	if err != nil {
+		return store.Release{Fail: err.Error()}
+	}
+	if len(rp.Matrix) > 0 {
+		ctx["matrix"] = toAny(matrix)
+	}
+	jobEnv, err := renderEnv(rp.JobEnv, ctx, "env")
+	if err != nil {
+		return store.Release{Fail: err.Error()}
+	}
+	merged := toAny(wfEnv)
+	for k, v := range jobEnv {
+		merged[k] = v
+	}
+	ctx["env"] = merged
+
+	rel := store.Release{}
+	if rp.RunsOn != nil || rp.Exclude != nil {
+		req, err := requirement(rp.RunsOn, rp.Exclude, ctx)
+		if err != nil {
+			return store.Release{Fail: err.Error()}
+		}
+		rel.Requirement = &req
+	}
+	b.Spec.WorkflowEnv, b.Spec.JobEnv = wfEnv, jobEnv
+	// The agent evaluates step expressions with these contexts; it adds
+	// env (from the two env maps) and job itself.
+	delete(ctx, "env")
+	b.Spec.Contexts = ctx
+	spec, err := json.Marshal(b)
+	if err != nil {
+		return store.Release{Fail: "internal error: the job's spec does not encode"}
+	}
+	rel.Spec = spec
+	return rel
+}
+
+// needsContext builds `needs` for the job: one entry per needed job id (a
+// matrix group merged under the agreement rule) and one per matrix child
+// name. When the children of a needed matrix job set an output to different
+// values, the dependent fails with an error naming them (workflow.md).
+func needsContext(job store.ReadyJob, declared []string) (map[string]any, error) {
+	out := map[string]any{}
+	all := job.Needs()
+	for _, d := range declared {
+		if n, ok := all[d]; ok {
+			for _, key := range sortedKeys(n.Conflicts) {
+				return nil, fmt.Errorf("%s", n.Conflicts[key])
+			}
+		}
+	}
+	for name, n := range all {
+		outputs := map[string]any{}
+		for k, v := range n.Outputs {
+			outputs[k] = v
+		}
+		out[name] = map[string]any{"result": string(n.Result), "outputs": outputs}
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func evalCond(src string, ctx map[string]any) (bool, error) {
+	e, err := expr.ParseCondition(src)
+	if err != nil {
+		return false, fmt.Errorf("if: %v", err)
+	}
+	ok, err := e.EvalBool(&expr.Env{Contexts: ctx})
+	if err != nil {
+		return false, fmt.Errorf("if: %s: %v", src, err)
+	}
+	return ok, nil
+}
+
+func render(src string, ctx map[string]any) (string, error) {
+	t, err := expr.ParseTemplate(src)
+	if err != nil {
+		return "", err
+	}
+	if t.IsLiteral() {
+		return src, nil
+	}
+	return t.Render(&expr.Env{Contexts: ctx})
+}
+
+func renderEnv(entries []envEntry, ctx map[string]any, what string) (map[string]string, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		v, err := render(e.Value, ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s.%s: %s: %v", what, e.Name, e.Value, err)
+		}
+		out[e.Name] = v
+	}
+	return out, nil
+}
+
+func requirement(runsOn, exclude []string, ctx map[string]any) (kiln.Requirement, error) {
+	on, err := renderLabels(runsOn, ctx, "runs_on")
+	if err != nil {
+		return kiln.Requirement{}, err
+	}
+	ex, err := renderLabels(exclude, ctx, "exclude_labels")
+	if err != nil {
+		return kiln.Requirement{}, err
+	}
+	return kiln.Requirement{RunsOn: kiln.NewLabels(on...), Exclude: kiln.NewLabels(ex...)}, nil
+}
+
+func renderLabels(srcs []string, ctx map[string]any, what string) ([]string, error) {
+	out := make([]string, 0, len(srcs))
+	for _, s := range srcs {
+		v, err := render(s, ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %v", what, s, err)
+		}
+		if err := kiln.ValidateLabels([]string{v}); err != nil {
+			return nil, fmt.Errorf("%s: %s evaluated to %q: %s", what, s, v, kiln.ErrorMessage(err))
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

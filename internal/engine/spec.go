@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/expr"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/workflow"
+)
+
+// blob is what the engine stores as a job's spec: the agent's JobSpec as far
+// as it is known when the run is created, and the source text of the
+// expressions the orchestrator evaluates when the job is released. Keeping
+// the sources in the job makes the Releaser self-contained: it needs no
+// workflow cache and no I/O inside the store's transaction.
+type blob struct {
+	Spec    proto.JobSpec `json:"spec"`
+	Release releasePlan   `json:"release"`
+}
+
+type releasePlan struct {
+	If          string     `json:"if,omitempty"`
+	RunsOn      []string   `json:"runs_on,omitempty"`
+	Exclude     []string   `json:"exclude,omitempty"`
+	WorkflowEnv []envEntry `json:"workflow_env,omitempty"`
+	JobEnv      []envEntry `json:"job_env,omitempty"`
+	Matrix      []envEntry `json:"matrix,omitempty"` // key and value template, in order
+	Needs       []string   `json:"needs,omitempty"`  // the job ids this job needs
+	Workflow    string     `json:"workflow"`
+	// Attempt is the run's attempt: 1, or one more than the run it reruns.
+	Attempt int `json:"attempt"`
+}
+
+type envEntry struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// runInput is everything a new run is built from.
+type runInput struct {
+	wf       *workflow.Workflow
+	content  []byte
+	event    *kiln.Event
+	inputs   map[string]any
+	decision json.RawMessage
+	source   string
+	delivery int64
+	parent   string
+	rerunOf  string
+	attempt  int
+	// reuse maps job names to results carried over from the run being
+	// rerun (a failed-jobs rerun); those jobs are not run again.
+	reuse map[string]store.Reused
+	// only limits the run to these job ids and their needs (nil: all).
+	only []string
+}
+
+// newRun builds the store's NewRun for one matched workflow.
+func newRun(in runInput) (store.NewRun, error) {
+	evJSON, err := json.Marshal(in.event)
+	if err != nil {
+		return store.NewRun{}, fmt.Errorf("encode event: %w", err)
+	}
+	inputsJSON, err := json.Marshal(orEmpty(in.inputs))
+	if err != nil {
+		return store.NewRun{}, fmt.Errorf("encode inputs: %w", err)
+	}
+	nr := store.NewRun{
+		Source: in.source, Repository: in.event.Repository,
+		Workflow: in.wf.Name, WorkflowFile: in.wf.File, WorkflowHash: in.wf.Hash, WorkflowContent: in.content,
+		Event: evJSON, Inputs: inputsJSON, Trace: in.decision,
+		Ref: in.event.Ref, SHA: in.event.SHA, Timeout: in.wf.Timeout,
+		ParentRunID: in.parent, RerunOf: in.rerunOf, DeliveryID: in.delivery,
+	}
+	contexts := map[string]any{
+		"event":  workflow.EventContext(in.event),
+		"inputs": orEmpty(in.inputs),
+	}
+	keep, err := selectJobs(in.wf, in.only)
+	if err != nil {
+		return store.NewRun{}, err
+	}
+	for _, j := range in.wf.Jobs {
+		if !keep[j.ID] {
+			continue
+		}
+		for _, v := range j.Variants {
+			nj, err := newJob(in, j, v, contexts)
+			if err != nil {
+				return store.NewRun{}, err
+			}
+			if r, ok := in.reuse[nj.Name]; ok {
+				nj.Reuse = &r
+			}
+			nr.Jobs = append(nr.Jobs, nj)
+		}
+	}
+	return nr, nil
+}
+
+// selectJobs returns the job ids a run includes: every job, or the named
+// ones and everything they need.
+func selectJobs(wf *workflow.Workflow, only []string) (map[string]bool, error) {
+	keep := map[string]bool{}
+	if len(only) == 0 {
+		for _, j := range wf.Jobs {
+			keep[j.ID] = true
+		}
+		return keep, nil
+	}
+	var add func(id string) error
+	add = func(id string) error {
+		if keep[id] {
+			return nil
+		}
+		j := wf.Job(id)
+		if j == nil {
+			return kiln.Errorf(kiln.CodeInvalid, "workflow %s has no job %q", wf.Name, id)
+		}
+		keep[id] = true
+		for _, n := range j.Needs {
+			if err := add(n.Job); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, id := range only {
+		if err := add(id); err != nil {
+			return nil, err
+		}
+	}
+	return keep, nil
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+func newJob(in runInput, j *workflow.Job, v workflow.Variant, contexts map[string]any) (store.NewJob, error) {
+	b := blob{Spec: jobSpec(in, j, v, contexts), Release: releasePlan{Workflow: in.wf.Name, Attempt: max(in.attempt, 1)}}
+	rp := &b.Release
+	if j.If != nil {
+		rp.If = j.If.String()
+	}
+	req, literal := literalRequirement(j)
+	if !literal {
+		rp.RunsOn, rp.Exclude = sources(j.RunsOn), sources(j.ExcludeLabels)
+	}
+	for _, e := range in.wf.Env {
+		rp.WorkflowEnv = append(rp.WorkflowEnv, envEntry{e.Name, e.Value.Source()})
+	}
+	for _, e := range j.Env {
+		rp.JobEnv = append(rp.JobEnv, envEntry{e.Name, e.Value.Source()})
+	}
+	for _, kv := range v.Values {
+		rp.Matrix = append(rp.Matrix, envEntry{kv.Key, kv.Template.Source()})
+	}
+	var needs []store.NeedEdge
+	for _, n := range j.Needs {
+		rp.Needs = append(rp.Needs, n.Job)
+		needs = append(needs, store.NeedEdge{Job: n.Job, Accept: slices.Clone(n.When)})
+	}
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return store.NewJob{}, fmt.Errorf("encode job %s: %w", v.Name, err)
+	}
+	nj := store.NewJob{
+		Name: v.Name, Base: j.ID, Needs: needs,
+		OnAgentLost: store.OnAgentLost(j.OnAgentLost), Requirement: req, Spec: raw,
+	}
+	if j.Matrix != nil {
+		nj.MaxParallel, nj.FailFast = j.Matrix.MaxParallel, j.Matrix.FailFast
+		m := map[string]string{}
+		for _, kv := range v.Values {
+			m[kv.Key] = kv.Value
+		}
+		if nj.Matrix, err = json.Marshal(m); err != nil {
+			return store.NewJob{}, err
+		}
+	}
+	for _, s := range j.Steps {
+		nj.Steps = append(nj.Steps, s.Name)
+	}
+	return nj, nil
+}
+
+// jobSpec is the agent's view of the job, without what release fills in
+// (job env, the needs and matrix contexts) or dispatch adds (credentials).
+func jobSpec(in runInput, j *workflow.Job, v workflow.Variant, contexts map[string]any) proto.JobSpec {
+	spec := proto.JobSpec{
+		Name: v.Name, Workflow: in.wf.Name,
+		Contexts:  map[string]any{"event": contexts["event"], "inputs": contexts["inputs"]},
+		TimeoutMS: j.Timeout.Milliseconds(),
+	}
+	if j.Checkout {
+		spec.Checkout = &proto.Checkout{URL: in.event.CloneURL, Ref: in.event.Ref, SHA: in.event.SHA}
+	}
+	for _, s := range j.Steps {
+		ps := proto.Step{
+			Name: s.Name, Shell: s.Shell, TimeoutMS: s.Timeout.Milliseconds(),
+			ContinueOnError: s.ContinueOnError,
+		}
+		if s.Run != nil {
+			ps.Run = s.Run.Source()
+		}
+		if s.If != nil {
+			ps.If = s.If.String()
+		}
+		if s.WorkingDirectory != nil {
+			ps.WorkingDirectory = s.WorkingDirectory.Source()
+		}
+		if len(s.Env) > 0 {
+			ps.Env = map[string]string{}
+			for _, e := range s.Env {
+				ps.Env[e.Name] = e.Value.Source()
+			}
+		}
+		if s.Retry.MaxAttempts > 1 {
+			ps.Retry = &proto.Retry{
+				MaxAttempts: s.Retry.MaxAttempts, DelayMS: s.Retry.Delay.Milliseconds(),
+				MaxDelayMS: s.Retry.MaxDelay.Milliseconds(), Backoff: s.Retry.Backoff,
+			}
+		}
+		spec.Steps = append(spec.Steps, ps)
+	}
+	return spec
+}
+
+// literalRequirement returns the job's requirement when runs_on and
+// exclude_labels hold no expressions (the common case: it is then known at
+// creation and the queue key never changes).
+func literalRequirement(j *workflow.Job) (kiln.Requirement, bool) {
+	var on, ex []string
+	for _, t := range j.RunsOn {
+		if !t.IsLiteral() {
+			return kiln.Requirement{}, false
+		}
+		on = append(on, t.Source())
+	}
+	for _, t := range j.ExcludeLabels {
+		if !t.IsLiteral() {
+			return kiln.Requirement{}, false
+		}
+		ex = append(ex, t.Source())
+	}
+	return kiln.Requirement{RunsOn: kiln.NewLabels(on...), Exclude: kiln.NewLabels(ex...)}, true
+}
+
+func sources(ts []*expr.Template) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Source()
+	}
+	return out
+}

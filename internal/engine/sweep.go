@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kilnci/kiln"
+)
+
+// Run runs the engine's sweeps until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			e.Sweep(ctx)
+		}
+	}
+}
+
+// Sweep runs every sweep once: runs past their deadline are cancelled,
+// expired queued jobs end (with their last provisioning error when there is
+// one), jobs no agent could ever run fail as unroutable after the grace,
+// and cancels agents never confirmed are forced after the cancel grace.
+// Failures are logged and retried on the next sweep.
+func (e *Engine) Sweep(ctx context.Context) {
+	for _, step := range []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"run deadlines", e.sweepDeadlines},
+		{"queue expiry", e.sweepExpiry},
+		{"unroutable probe", e.sweepUnroutable},
+		{"cancel grace", e.sweepCancelGrace},
+	} {
+		if err := step.fn(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("sweep failed; retrying on the next one", "sweep", step.name, "err", err)
+		}
+	}
+}
+
+func (e *Engine) sweepDeadlines(ctx context.Context) error {
+	runs, err := e.db.Runs().Overdue(ctx, 100)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		reason := "workflow timeout: the run exceeded its timeout"
+		if !r.Deadline.IsZero() && !r.CreatedAt.IsZero() {
+			reason = fmt.Sprintf("workflow timeout: the run exceeded its timeout of %s", r.Deadline.Sub(r.CreatedAt).Round(time.Second))
+		}
+		e.log.Info("cancelling a run past its deadline", "run", r.Number, "workflow", r.Workflow)
+		// A run already cancelling is forced: its deadline has passed too.
+		if _, err := e.Cancel(ctx, r.ID, reason); err != nil && kiln.ErrorCode(err) != kiln.CodeConflict {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Engine) sweepExpiry(ctx context.Context) error {
+	agents, err := e.knownAgents(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := e.db.Queue().Expire(ctx, func(r kiln.Requirement) bool { return !routable(agents, r) })
+	if err != nil {
+		return err
+	}
+	for _, j := range res.Jobs {
+		e.log.Info("queued job expired", "run", j.RunID, "job", j.Name, "status", j.Status, "error", j.Error)
+	}
+	e.Apply(res.Effects)
+	return nil
+}
+
+// knownAgentWindow is how recently an agent must have been seen to count as
+// one that could still come back and run a job.
+const knownAgentWindow = 24 * time.Hour
+
+func (e *Engine) knownAgents(ctx context.Context) ([]kiln.AgentLabels, error) {
+	recs, err := e.db.Auth().ListAgents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cutoff := e.cfg.Clock().Add(-knownAgentWindow)
+	var out []kiln.AgentLabels
+	for _, r := range recs {
+		if r.Connected || r.LastSeenAt.After(cutoff) {
+			out = append(out, r.Labels)
+		}
+	}
+	return out, nil
+}
+
+func routable(agents []kiln.AgentLabels, r kiln.Requirement) bool {
+	for _, a := range agents {
+		if a.Accepts(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// sweepUnroutable fails queued jobs whose requirement no connected agent and
+// no agent seen in the last day accepts, once that has been true for the
+// whole grace period. It reads only the small set of distinct queue keys on
+// the common path, never the whole queue.
+func (e *Engine) sweepUnroutable(ctx context.Context) error {
+	if e.cfg.UnroutableGrace == 0 {
+		return nil
+	}
+	keys, err := e.db.Queue().Keys(ctx)
+	if err != nil {
+		return err
+	}
+	agents, err := e.knownAgents(ctx)
+	if err != nil {
+		return err
+	}
+	now := e.cfg.Clock()
+	var due []string
+	e.mu.Lock()
+	seen := map[string]bool{}
+	for _, k := range keys {
+		seen[k] = true
+		if routable(agents, kiln.ParseRequirementKey(k)) {
+			delete(e.unroutable, k)
+			continue
+		}
+		since, ok := e.unroutable[k]
+		if !ok {
+			e.unroutable[k] = now
+			continue
+		}
+		if now.Sub(since) >= e.cfg.UnroutableGrace {
+			due = append(due, k)
+		}
+	}
+	for k := range e.unroutable {
+		if !seen[k] {
+			delete(e.unroutable, k)
+		}
+	}
+	e.mu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	waiting, err := e.db.Queue().Waiting(ctx, 10000)
+	if err != nil {
+		return err
+	}
+	for _, k := range due {
+		var ids []string
+		for _, w := range waiting {
+			if w.Requirement.Key() == k {
+				ids = append(ids, w.ID)
+			}
+		}
+		req := kiln.ParseRequirementKey(k)
+		msg := unroutableMessage(req, e.cfg.UnroutableGrace)
+		res, err := e.db.Queue().MarkUnroutable(ctx, msg, ids...)
+		if err != nil {
+			return err
+		}
+		e.log.Warn("jobs no agent can run failed as unroutable", "requirement", k, "jobs", len(res.Jobs))
+		e.mu.Lock()
+		unroutable := e.hooks.Unroutable
+		e.mu.Unlock()
+		if unroutable != nil && len(res.Jobs) > 0 {
+			unroutable(len(res.Jobs))
+		}
+		e.Apply(res.Effects)
+	}
+	return nil
+}
+
+func unroutableMessage(r kiln.Requirement, grace time.Duration) string {
+	want := "an agent without mandatory labels"
+	if len(r.RunsOn) > 0 {
+		want = "an agent with labels " + strings.Join(r.RunsOn, ", ")
+	}
+	if len(r.Exclude) > 0 {
+		want += " and without " + strings.Join(r.Exclude, ", ")
+	}
+	return fmt.Sprintf("unroutable: for %s no connected agent, and no agent seen in the last %s, is %s", grace.Round(time.Second), knownAgentWindow, want)
+}
+
+// sweepCancelGrace forces cancels agents did not confirm in time.
+func (e *Engine) sweepCancelGrace(ctx context.Context) error {
+	now := e.cfg.Clock()
+	e.mu.Lock()
+	var due []string
+	for id, at := range e.cancelAt {
+		if now.Sub(at) >= e.cfg.CancelGrace {
+			due = append(due, id)
+		}
+	}
+	e.mu.Unlock()
+	for _, id := range due {
+		run, err := e.Cancel(ctx, id, "cancelled: the agent did not confirm the cancel in time")
+		if err != nil && kiln.ErrorCode(err) != kiln.CodeConflict {
+			return err
+		}
+		if err == nil || run.Status.Terminal() {
+			e.mu.Lock()
+			delete(e.cancelAt, id)
+			e.mu.Unlock()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+// Package forgetest is a fake GitHub REST API for kiln's tests, speaking
+// the real wire format of the endpoints kiln calls: repository contents at a
+// ref, compare, pull request files, commit lookup and commit statuses. It is
+// the edge kiln cannot run here (github.com), faked as an httptest server so
+// requests round-trip through a real network connection.
+package forgetest
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Status is a commit status kiln posted.
+type Status struct {
+	Repo, SHA   string
+	State       string `json:"state"`
+	Context     string `json:"context"`
+	Description string `json:"description"`
+	TargetURL   string `json:"target_url"`
+}
+
+// GitHub is a fake GitHub API. Add commits with SetFiles; read posted
+// statuses with Statuses.
+type GitHub struct {
+	*httptest.Server
+	Token string // the bearer token requests must carry ("" accepts any)
+
+	mu       sync.Mutex
+	files    map[string]map[string]string // repo@sha → path → content
+	refs     map[string]string            // repo@ref → sha
+	changed  map[string][]string          // repo@base...head → files
+	statuses []Status
+}
+
+// NewGitHub starts a fake GitHub API for the test.
+func NewGitHub(t testing.TB) *GitHub {
+	g := &GitHub{files: map[string]map[string]string{}, refs: map[string]string{}, changed: map[string][]string{}}
+	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
+	t.Cleanup(g.Close)
+	return g
+}
+
+// SetFiles makes repo hold files (path → content) at sha, and points ref
+// (e.g. "main") at it when ref is not empty.
+func (g *GitHub) SetFiles(repo, sha, ref string, files map[string]string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.files[repo+"@"+sha] = files
+	if ref != "" {
+		g.refs[repo+"@"+ref] = sha
+	}
+}
+
+// SetChanged makes compare base...head list files.
+func (g *GitHub) SetChanged(repo, base, head string, files []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.changed[repo+"@"+base+"..."+head] = files
+}
+
+// Statuses returns the statuses posted so far, in order.
+func (g *GitHub) Statuses() []Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]Status(nil), g.statuses...)
+}
+
+func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
+	if g.Token != "" && r.Header.Get("Authorization") != "Bearer "+g.Token {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
+		return
+	}
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if len(parts) < 3 || parts[0] != "repos" {
+		notFound(w)
+		return
+	}
+	repo, rest := parts[1]+"/"+parts[2], append(parts[3:], "")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case r.Method == http.MethodGet && rest[0] == "contents":
+		g.contents(w, repo, strings.Join(rest[1:len(rest)-1], "/"), r.URL.Query().Get("ref"))
+	case r.Method == http.MethodGet && rest[0] == "commits" && len(rest) == 3:
+		sha, ok := g.refs[repo+"@"+rest[1]]
+		if !ok {
+			notFound(w)
+			return
+		}
+		w.Header().Set("Content-Type", "application/vnd.github.sha")
+		w.Write([]byte(sha))
+	case r.Method == http.MethodGet && rest[0] == "compare" && len(rest) == 3:
+		files, ok := g.changed[repo+"@"+rest[1]]
+		if !ok {
+			notFound(w)
+			return
+		}
+		var out struct {
+			Files []map[string]string `json:"files"`
+		}
+		for _, f := range files {
+			out.Files = append(out.Files, map[string]string{"filename": f, "status": "modified"})
+		}
+		writeJSON(w, http.StatusOK, out)
+	case r.Method == http.MethodPost && rest[0] == "statuses" && len(rest) == 3:
+		var st Status
+		if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"message": "Problems parsing JSON"})
+			return
+		}
+		st.Repo, st.SHA = repo, rest[1]
+		g.statuses = append(g.statuses, st)
+		writeJSON(w, http.StatusCreated, st)
+	case r.Method == http.MethodGet && len(rest) == 1 && g.knows(repo):
+		writeJSON(w, http.StatusOK, map[string]any{"full_name": repo})
+	default:
+		notFound(w)
+	}
+}
+
+func (g *GitHub) knows(repo string) bool {
+	for k := range g.files {
+		if strings.HasPrefix(k, repo+"@") {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *GitHub) contents(w http.ResponseWriter, repo, p, ref string) {
+	files, ok := g.files[repo+"@"+ref]
+	if !ok {
+		notFound(w)
+		return
+	}
+	if c, ok := files[p]; ok {
+		writeJSON(w, http.StatusOK, map[string]any{
+			"type": "file", "name": path.Base(p), "path": p, "size": len(c),
+			"encoding": "base64", "content": base64.StdEncoding.EncodeToString([]byte(c)),
+		})
+		return
+	}
+	var entries []map[string]any
+	for fp, c := range files {
+		if path.Dir(fp) == p {
+			entries = append(entries, map[string]any{"type": "file", "name": path.Base(fp), "path": fp, "size": len(c)})
+		}
+	}
+	if len(entries) == 0 {
+		notFound(w)
+		return
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i]["path"].(string) < entries[j]["path"].(string) })
+	writeJSON(w, http.StatusOK, entries)
+}
+
+func notFound(w http.ResponseWriter) {
+	writeJSON(w, http.StatusNotFound, map[string]string{"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

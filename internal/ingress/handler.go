@@ -1,0 +1,123 @@
+package ingress
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// headerKind is the delivery header that says which path a delivery takes.
+const headerKind = "kind"
+
+// Internal delivery kinds, besides the forge kinds.
+const (
+	kindTrigger  = "trigger"  // kiln trigger / post-receive hook on a local source
+	kindDispatch = "dispatch" // manual dispatch through the API
+)
+
+// Webhook serves POST /webhook/{kind}/{source}: it verifies the delivery,
+// records it durably, answers 202, and hands it to the processor. Nothing is
+// recorded for a request that fails verification: a stranger cannot fill the
+// event log, and a forged delivery id cannot poison deduplication (the
+// server log says what was refused).
+func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
+	kind := forge.Kind(r.PathValue("kind"))
+	name := r.PathValue("source")
+	if !kind.Valid() || kind == forge.KindLocal {
+		p.refuse(w, kiln.Errorf(kiln.CodeNotFound, "there are no %q webhooks; kinds are github, gitea and generic", kind))
+		return
+	}
+	st, fs, err := p.sources.ByName(r.Context(), name)
+	if err != nil {
+		p.log.Error("webhook: source lookup failed", "source", name, "err", err)
+		p.refuse(w, kiln.Errorf(kiln.CodeUnavailable, "the source could not be read; try again"))
+		return
+	}
+	if fs != nil && fs.Kind != kind {
+		fs = nil
+	}
+	d, err := forge.Receive(r, kind, fs, p.cfg.MaxBodyBytes)
+	if err != nil {
+		p.log.Warn("webhook refused", "kind", kind, "source", name, "remote", r.RemoteAddr, "err", err)
+		p.refuse(w, err)
+		return
+	}
+	dedup := d.ID
+	if d.GeneratedID {
+		dedup = ""
+	}
+	id, dup, err := p.db.Ingress().Record(r.Context(), store.NewDelivery{
+		Source: st.ID, DeliveryID: dedup, Event: d.Event, Body: d.Body,
+		Headers: map[string]string{headerKind: string(kind), "delivery": d.ID},
+		Owner:   p.owner, ClaimFor: p.cfg.ClaimLease,
+	})
+	if err != nil {
+		p.log.Error("webhook: recording the delivery failed", "source", name, "err", err)
+		p.refuse(w, kiln.Errorf(kiln.CodeUnavailable, "the delivery could not be stored; please redeliver"))
+		return
+	}
+	p.recorded(st.Name, d.Event, dup)
+	if dup {
+		writeJSON(w, http.StatusAccepted, map[string]any{"delivery": id, "duplicate": true})
+		return
+	}
+	p.Notify(id)
+	writeJSON(w, http.StatusAccepted, map[string]any{"delivery": id, "status": "accepted"})
+}
+
+// refuse answers a webhook request kiln does not record, and tells the
+// Refused hook.
+func (p *Processor) refuse(w http.ResponseWriter, err error) {
+	if p.cfg.Refused != nil {
+		p.cfg.Refused(kiln.ErrorCode(err))
+	}
+	writeError(w, err)
+}
+
+// errorBody is kiln's JSON error shape, shared with the API.
+type errorBody struct {
+	Error struct {
+		Code    kiln.Code `json:"code"`
+		Message string    `json:"message"`
+	} `json:"error"`
+}
+
+// StatusOf maps an error code to its HTTP status.
+func StatusOf(code kiln.Code) int {
+	switch code {
+	case kiln.CodeInvalid:
+		return http.StatusBadRequest
+	case kiln.CodeNotFound:
+		return http.StatusNotFound
+	case kiln.CodeConflict:
+		return http.StatusConflict
+	case kiln.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case kiln.CodeForbidden:
+		return http.StatusForbidden
+	case kiln.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case kiln.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var body errorBody
+	body.Error.Code = kiln.ErrorCode(err)
+	body.Error.Message = kiln.ErrorMessage(err)
+	writeJSON(w, StatusOf(body.Error.Code), body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		slog.Debug("write response", "err", err)
+	}
+}

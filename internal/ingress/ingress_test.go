@@ -1,0 +1,260 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/forge/forgetest"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+const (
+	secret  = "s3cret"
+	repo    = "Codertocat/Hello-World"
+	headSHA = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
+)
+
+const ciYAML = `
+on:
+  push: {branches: [master]}
+jobs:
+  build:
+    steps: [{run: make}]
+`
+
+type fixture struct {
+	db    *store.DB
+	eng   *engine.Engine
+	proc  *Processor
+	gh    *forgetest.GitHub
+	srv   *httptest.Server
+	clock *storetest.Clock
+}
+
+func newFixture(t *testing.T, url func(testing.TB) string, opts ...func(*Config)) *fixture {
+	t.Helper()
+	clock := storetest.NewClock()
+	db, err := store.Open(context.Background(), store.Config{URL: url(t), Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	eng := engine.New(db, engine.Config{Clock: clock.Now})
+	gh := forgetest.NewGitHub(t)
+	gh.SetFiles(repo, headSHA, "master", map[string]string{".kiln/workflows/ci.yml": ciYAML})
+	srcs := NewSources(eng.DB(), forge.Options{})
+	cfg := Config{PollInterval: 20 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	proc := New(eng.DB(), eng, srcs, cfg)
+	st, err := Encode(&forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{APIBase: gh.URL, Token: "t", WebhookSecret: secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Sources().Create(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { proc.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &fixture{db: eng.DB(), eng: eng, proc: proc, gh: gh, srv: srv, clock: clock}
+}
+
+func forEach(t *testing.T, fn func(t *testing.T, f *fixture)) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) { fn(t, newFixture(t, b.URL)) })
+	}
+}
+
+func payload(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../trigger/testdata/github/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (f *fixture) send(t *testing.T, event, id string, body []byte, sig string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", f.srv.URL+"/webhook/github/gh", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", event)
+	req.Header.Set("X-GitHub-Delivery", id)
+	if sig == "" {
+		sig = forge.Sign([]byte(secret), body)
+	}
+	req.Header.Set("X-Hub-Signature-256", sig)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// finished polls until the delivery is processed.
+func (f *fixture) finished(t *testing.T, id int64) store.Delivery {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		d, err := f.db.Ingress().Get(context.Background(), id)
+		if err == nil && d.Status != store.DeliveryReceived {
+			return d
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("delivery %d was not processed in time", id)
+	return store.Delivery{}
+}
+
+func deliveryID(t *testing.T, out map[string]any) int64 {
+	t.Helper()
+	v, ok := out["delivery"].(float64)
+	if !ok {
+		t.Fatalf("no delivery id in %v", out)
+	}
+	return int64(v)
+}
+
+func TestGitHubPushCreatesARunOnceAndDuplicatesAreRecognised(t *testing.T) {
+	forEach(t, func(t *testing.T, f *fixture) {
+		body := payload(t, "push.with-new-branch.payload.json")
+		code, out := f.send(t, "push", "d-1", body, "")
+		if code != http.StatusAccepted {
+			t.Fatalf("status %d: %v", code, out)
+		}
+		d := f.finished(t, deliveryID(t, out))
+		if d.Status != store.DeliveryProcessed || len(d.RunIDs) != 1 {
+			t.Fatalf("delivery: %s %q runs %v", d.Status, d.Message, d.RunIDs)
+		}
+		run, err := f.db.Runs().Get(context.Background(), d.RunIDs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.SHA != headSHA || run.Workflow != "ci" || run.Jobs[0].Status != kiln.JobQueued || !strings.Contains(string(run.Trace), "master") {
+			t.Fatalf("run: sha %s workflow %s job %s trace %s", run.SHA, run.Workflow, run.Jobs[0].Status, run.Trace)
+		}
+		code, out = f.send(t, "push", "d-1", body, "")
+		if code != http.StatusAccepted || out["duplicate"] != true {
+			t.Fatalf("redelivery: %d %v", code, out)
+		}
+		runs, _ := f.db.Runs().List(context.Background(), store.RunFilter{Limit: 10})
+		if len(runs) != 1 {
+			t.Fatalf("%d runs after a duplicate delivery", len(runs))
+		}
+	})
+}
+
+func TestBadSignatureIsRefusedAndRecordsNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, f *fixture) {
+		body := payload(t, "push.with-new-branch.payload.json")
+		for _, sig := range []string{"sha256=" + strings.Repeat("0", 64), "sha1=abc", "garbage"} {
+			code, out := f.send(t, "push", "d-2", body, sig)
+			if code != http.StatusUnauthorized {
+				t.Fatalf("%s: status %d %v", sig, code, out)
+			}
+		}
+		if ds, _ := f.db.Ingress().List(context.Background(), store.DeliveryFilter{Limit: 10}); len(ds) != 0 {
+			t.Fatalf("refused deliveries were recorded: %d", len(ds))
+		}
+		// The same delivery id, properly signed, is not treated as a duplicate.
+		code, out := f.send(t, "push", "d-2", body, "")
+		if code != http.StatusAccepted || out["duplicate"] == true {
+			t.Fatalf("signed delivery after forged ones: %d %v", code, out)
+		}
+	})
+}
+
+func TestOutcomesOfDeliveriesThatStartNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, f *fixture) {
+		cases := []struct {
+			event, file string
+			want        store.DeliveryStatus
+			msg         string
+		}{
+			{"ping", "ping.payload.json", store.DeliveryPing, "ping"},
+			{"push", "push.payload.json", store.DeliveryIgnored, "delet"},
+			{"pull_request", "pull_request.opened.payload.json", store.DeliveryNoMatch, "no workflow matched"},
+		}
+		f.gh.SetFiles(repo, "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "", map[string]string{".kiln/workflows/ci.yml": ciYAML})
+		for i, c := range cases {
+			code, out := f.send(t, c.event, "o-"+string(rune('a'+i)), payload(t, c.file), "")
+			if code != http.StatusAccepted {
+				t.Fatalf("%s: %d %v", c.event, code, out)
+			}
+			d := f.finished(t, deliveryID(t, out))
+			if d.Status != c.want || !strings.Contains(d.Message, c.msg) {
+				t.Errorf("%s: %s %q, want %s containing %q", c.event, d.Status, d.Message, c.want, c.msg)
+			}
+		}
+	})
+}
+
+func TestInvalidWorkflowIsRecordedWithTheLintErrors(t *testing.T) {
+	forEach(t, func(t *testing.T, f *fixture) {
+		f.gh.SetFiles(repo, headSHA, "master", map[string]string{
+			".kiln/workflows/ci.yml":  ciYAML,
+			".kiln/workflows/bad.yml": "on: push\njobs:\n  a:\n    needs: [b]\n    steps: [{run: x}]\n",
+		})
+		_, out := f.send(t, "push", "inv", payload(t, "push.with-new-branch.payload.json"), "")
+		d := f.finished(t, deliveryID(t, out))
+		if d.Status != store.DeliveryInvalidWorkflow || !strings.Contains(d.Message, `.kiln/workflows/bad.yml:4`) {
+			t.Fatalf("%s %q", d.Status, d.Message)
+		}
+		if runs, _ := f.db.Runs().List(context.Background(), store.RunFilter{Limit: 5}); len(runs) != 0 {
+			t.Fatalf("a repository with a broken workflow started %d runs", len(runs))
+		}
+	})
+}
+
+func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		st, _, _ := f.proc.sources.ByName(ctx, "gh")
+		// A server recorded and claimed this delivery, answered 202, and died.
+		id, _, err := f.db.Ingress().Record(ctx, store.NewDelivery{
+			Source: st.ID, DeliveryID: "crashed", Event: "push", Body: payload(t, "push.with-new-branch.payload.json"),
+			Headers: map[string]string{headerKind: "github"}, Owner: "dead-server", ClaimFor: 50 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(time.Second) // the dead server's claim lapses
+		d := f.finished(t, id)       // and this processor's poll takes the delivery over
+		if d.Status != store.DeliveryProcessed || len(d.RunIDs) != 1 {
+			t.Fatalf("taken-over delivery: %s %q", d.Status, d.Message)
+		}
+		// The dead server cannot finish it again.
+		if err := f.db.Ingress().Finish(ctx, id, "dead-server", store.DeliveryProcessed, "", nil); kiln.ErrorCode(err) != kiln.CodeConflict {
+			t.Fatalf("second finish: %v", err)
+		}
+		runs, _ := f.db.Runs().List(ctx, store.RunFilter{Limit: 5})
+		if len(runs) != 1 {
+			t.Fatalf("%d runs, want exactly 1", len(runs))
+		}
+	})
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

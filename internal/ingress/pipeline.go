@@ -1,0 +1,249 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/trigger"
+	"github.com/kilnci/kiln/internal/workflow"
+)
+
+// outcome is what processing decided: the delivery's final status and
+// message, and the runs to create (nil: none).
+type outcome struct {
+	status  store.DeliveryStatus
+	message string
+	start   *engine.StartRequest
+}
+
+// permanent marks an error that retrying cannot fix (a malformed payload).
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+
+// request is what processing needs from any kind of delivery.
+type request struct {
+	event    *kiln.Event
+	workflow string         // dispatch: only this file (base name)
+	inputs   map[string]any // dispatch inputs
+}
+
+// handle decides what a delivery does. An error is transient (the delivery
+// is retried); everything else, including bad payloads and broken
+// workflows, is an outcome.
+func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, error) {
+	fs, repo, err := p.sources.Repo(ctx, d.Source)
+	if kiln.ErrorCode(err) == kiln.CodeNotFound {
+		return outcome{status: store.DeliveryFailed, message: "the source was removed before the delivery was processed"}, nil
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	req, out, err := p.request(ctx, fs, repo, d)
+	var perm permanent
+	switch {
+	case errors.As(err, &perm):
+		return outcome{status: store.DeliveryFailed, message: perm.Error()}, nil
+	case err != nil:
+		return outcome{}, err
+	case req == nil:
+		return out, nil
+	}
+	ev := req.event
+	if ev.SHA == "" {
+		sha, err := repo.Resolve(ctx, ev.Repository, ev.Ref)
+		if kiln.ErrorCode(err) == kiln.CodeNotFound {
+			return outcome{status: store.DeliveryFailed, message: fmt.Sprintf("%s does not exist in %s", ev.Ref, ev.Repository)}, nil
+		}
+		if err != nil {
+			return outcome{}, err
+		}
+		ev.SHA = sha
+	}
+	if err := trigger.Validate(ev); err != nil {
+		return outcome{status: store.DeliveryFailed, message: "the event is not valid: " + kiln.ErrorMessage(err)}, nil
+	}
+	files, err := repo.Workflows(ctx, ev.Repository, ev.SHA)
+	if err != nil {
+		if kiln.ErrorCode(err) == kiln.CodeNotFound {
+			return outcome{status: store.DeliveryFailed, message: kiln.ErrorMessage(err)}, nil
+		}
+		return outcome{}, err
+	}
+	wfs, contents, problems := parse(files, req.workflow)
+	if len(problems) > 0 {
+		return outcome{status: store.DeliveryInvalidWorkflow, message: clip(strings.Join(problems, "\n"), 16<<10)}, nil
+	}
+	if err := p.registerSchedules(ctx, d.Source, ev, wfs, contents); err != nil {
+		return outcome{}, err
+	}
+	if len(wfs) == 0 {
+		what := "no workflows in .kiln/workflows"
+		if req.workflow != "" {
+			what = "no workflow " + req.workflow + " in .kiln/workflows"
+		}
+		return outcome{status: store.DeliveryNoMatch, message: fmt.Sprintf("%s at %s", what, short(ev.SHA))}, nil
+	}
+	if ev.ChangedFilesStatus == "" && needsChangedFiles(wfs, ev.Name) {
+		changed, ok, err := repo.ChangedFiles(ctx, ev)
+		switch {
+		case err != nil:
+			p.log.Warn("changed files unavailable; path filters match conservatively", "repository", ev.Repository, "err", err)
+			ev.ChangedFilesStatus = kiln.ChangedFilesUnavailable
+		case ok:
+			ev.ChangedFiles, ev.ChangedFilesStatus = changed, kiln.ChangedFilesFetched
+		default:
+			ev.ChangedFilesStatus = kiln.ChangedFilesUnavailable
+		}
+	}
+	return p.match(wfs, contents, req)
+}
+
+// match builds the runs of the workflows the event matches.
+func (p *Processor) match(wfs []*workflow.Workflow, contents map[string][]byte, req *request) (outcome, error) {
+	var matches []engine.Match
+	var misses []string
+	for _, wf := range wfs {
+		dec := trigger.Match(wf, req.event)
+		if !dec.Matched {
+			misses = append(misses, fmt.Sprintf("%s: %s", wf.Name, dec.Summary))
+			continue
+		}
+		m := engine.Match{Workflow: wf, Content: contents[wf.File], Decision: dec}
+		if req.event.Name == kiln.EventDispatch {
+			inputs, err := trigger.CoerceInputs(wf.On.Dispatch, req.inputs)
+			if err != nil {
+				return outcome{status: store.DeliveryFailed, message: fmt.Sprintf("%s: %s", wf.Name, kiln.ErrorMessage(err))}, nil
+			}
+			m.Inputs = inputs
+		}
+		matches = append(matches, m)
+	}
+	if len(matches) == 0 {
+		return outcome{status: store.DeliveryNoMatch, message: clip("no workflow matched: "+strings.Join(misses, "; "), 16<<10)}, nil
+	}
+	names := make([]string, len(matches))
+	for i, m := range matches {
+		names[i] = m.Workflow.Name
+	}
+	return outcome{
+		status:  store.DeliveryProcessed,
+		message: "started " + strings.Join(names, ", "),
+		start:   &engine.StartRequest{Event: req.event, Matches: matches},
+	}, nil
+}
+
+// request normalizes a delivery into an event. A nil request with an
+// outcome means the delivery starts nothing (ping, ignored events).
+func (p *Processor) request(ctx context.Context, fs *forge.Source, repo forge.Repo, d store.Delivery) (*request, outcome, error) {
+	switch d.Headers[headerKind] {
+	case string(forge.KindGitHub), string(forge.KindGitea):
+		if d.Event == "ping" {
+			return nil, outcome{status: store.DeliveryPing, message: "ping: the webhook works"}, nil
+		}
+		from := trigger.FromGitHub
+		if d.Headers[headerKind] == string(forge.KindGitea) {
+			from = trigger.FromGitea
+		}
+		ev, err := from(d.Event, d.Body)
+		if trigger.IsIgnored(err) {
+			return nil, outcome{status: store.DeliveryIgnored, message: err.Error()}, nil
+		}
+		if err != nil {
+			return nil, outcome{}, permanent{fmt.Errorf("the payload cannot be read: %s", kiln.ErrorMessage(err))}
+		}
+		return &request{event: ev}, outcome{}, nil
+	case string(forge.KindGeneric):
+		t, err := forge.GenericEvent(fs, &forge.Delivery{Source: fs.Name, Kind: forge.KindGeneric, Event: d.Event, Body: d.Body})
+		if err != nil {
+			return nil, outcome{}, permanent{err}
+		}
+		return &request{event: t.Event, workflow: t.Workflow, inputs: t.Inputs}, outcome{}, nil
+	case kindTrigger:
+		var push forge.LocalPush
+		if err := json.Unmarshal(d.Body, &push); err != nil {
+			return nil, outcome{}, permanent{fmt.Errorf("the trigger request does not decode: %v", err)}
+		}
+		ev, err := forge.LocalEvent(ctx, fs, push, forge.Options{})
+		if err != nil {
+			if kiln.ErrorCode(err) == kiln.CodeInternal {
+				return nil, outcome{}, err
+			}
+			return nil, outcome{}, permanent{err}
+		}
+		return &request{event: ev}, outcome{}, nil
+	case kindDispatch:
+		var sd storedDispatch
+		if err := json.Unmarshal(d.Body, &sd); err != nil {
+			return nil, outcome{}, permanent{fmt.Errorf("the dispatch request does not decode: %v", err)}
+		}
+		dr := sd.DispatchRequest
+		dr.Actor = sd.Actor
+		ev, err := dispatchEvent(ctx, fs, repo, dr)
+		if err != nil {
+			return nil, outcome{}, err
+		}
+		return &request{event: ev, workflow: dr.Workflow, inputs: dr.Inputs}, outcome{}, nil
+	}
+	return nil, outcome{}, permanent{fmt.Errorf("unknown delivery kind %q", d.Headers[headerKind])}
+}
+
+// parse validates every workflow file; one broken file makes the whole
+// delivery invalid (nothing runs), with every lint error listed.
+func parse(files []forge.WorkflowFile, only string) ([]*workflow.Workflow, map[string][]byte, []string) {
+	var wfs []*workflow.Workflow
+	contents := map[string][]byte{}
+	var problems []string
+	for _, f := range files {
+		if only != "" && path.Base(f.Path) != only && strings.TrimSuffix(path.Base(f.Path), path.Ext(f.Path)) != only {
+			continue
+		}
+		if f.Err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %s", f.Path, kiln.ErrorMessage(f.Err)))
+			continue
+		}
+		wf, err := workflow.Parse(f.Path, f.Content)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		wfs = append(wfs, wf)
+		contents[wf.File] = f.Content
+	}
+	return wfs, contents, problems
+}
+
+// needsChangedFiles reports whether any trigger for this event filters paths.
+func needsChangedFiles(wfs []*workflow.Workflow, name kiln.EventName) bool {
+	for _, wf := range wfs {
+		switch {
+		case name == kiln.EventPush && wf.On.Push != nil && len(wf.On.Push.Paths) > 0:
+			return true
+		case name == kiln.EventPullRequest && wf.On.PullRequest != nil && len(wf.On.PullRequest.Paths) > 0:
+			return true
+		}
+	}
+	return false
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,305 @@
+package localrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/agent"
+	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/server"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/trigger"
+	"github.com/kilnci/kiln/internal/workflow"
+)
+
+// Options configure a local run.
+type Options struct {
+	Dir          string
+	Event        EventOptions
+	Inputs       map[string]string // dispatch inputs, as typed on the command line
+	Jobs         []string          // only these jobs and what they need
+	StrictLabels bool              // the agent offers only local, OS and arch
+	Out, Err     io.Writer
+	// Verbose shows the orchestrator's and the agent's own logs.
+	Verbose bool
+}
+
+// Exit codes (the CLI's).
+const (
+	ExitOK      = 0
+	ExitFailed  = 1
+	ExitNoMatch = 2
+)
+
+// ErrUsage wraps errors that are the caller's to fix (exit 2).
+var ErrUsage = errors.New("usage")
+
+// Run runs the matched workflows and returns the exit code: 0 when every
+// run succeeded, 1 when one failed or the workflows do not lint, 2 when no
+// workflow matches (the decision traces are printed).
+func Run(ctx context.Context, o Options) (int, error) {
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Err == nil {
+		o.Err = os.Stderr
+	}
+	r, err := openRepo(ctx, o.Dir)
+	if err != nil {
+		return ExitNoMatch, errors.Join(ErrUsage, err)
+	}
+	wfs, err := workflow.LoadDir(r.root)
+	if errors.Is(err, workflow.ErrNoWorkflows) {
+		return ExitNoMatch, errors.Join(ErrUsage, fmt.Errorf("no workflows in %s/.kiln/workflows", r.root))
+	}
+	if err != nil {
+		fmt.Fprintln(o.Err, err)
+		return ExitFailed, fmt.Errorf("the workflows do not lint; fix them first (kiln lint)")
+	}
+	ev, err := r.event(ctx, o.Event)
+	if err != nil {
+		return ExitNoMatch, errors.Join(ErrUsage, err)
+	}
+	matches, err := match(wfs, ev, o)
+	if err != nil {
+		return ExitNoMatch, errors.Join(ErrUsage, err)
+	}
+	if len(matches) == 0 {
+		fmt.Fprintf(o.Err, "kiln run: no workflow matches a %s of %s\n", ev.Name, describeRef(ev))
+		for _, wf := range wfs {
+			printDecision(o.Err, trigger.Match(wf, ev))
+		}
+		return ExitNoMatch, nil
+	}
+	fmt.Fprintf(o.Out, "kiln run: %s of %s (%s) in %s\n", ev.Name, describeRef(ev), short(ev.SHA), r.root)
+	for _, m := range matches {
+		fmt.Fprintf(o.Out, "  %s: %s\n", m.Workflow.Name, m.Decision.Summary)
+	}
+	return execute(ctx, r, ev, matches, o)
+}
+
+func describeRef(ev *kiln.Event) string {
+	if ev.Tag != "" {
+		return "tag " + ev.Tag
+	}
+	return "branch " + ev.Branch
+}
+
+func short(sha string) string {
+	if len(sha) > 9 {
+		return sha[:9]
+	}
+	return sha
+}
+
+// match picks the workflows the event starts, with their dispatch inputs
+// and the job filter.
+func match(wfs []*workflow.Workflow, ev *kiln.Event, o Options) ([]engine.Match, error) {
+	var out []engine.Match
+	for _, wf := range wfs {
+		d := trigger.Match(wf, ev)
+		if !d.Matched {
+			continue
+		}
+		m := engine.Match{Workflow: wf, Decision: d}
+		if ev.Name == kiln.EventDispatch {
+			given := map[string]any{}
+			for k, v := range o.Inputs {
+				given[k] = v
+			}
+			in, err := trigger.CoerceInputs(wf.On.Dispatch, given)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s", wf.Name, kiln.ErrorMessage(err))
+			}
+			m.Inputs = in
+		}
+		if len(o.Jobs) > 0 {
+			for _, j := range o.Jobs {
+				if wf.Job(j) != nil {
+					m.Jobs = append(m.Jobs, j)
+				}
+			}
+			if len(m.Jobs) == 0 {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	if len(o.Jobs) > 0 && len(out) == 0 {
+		return nil, fmt.Errorf("no matched workflow has a job named %s", strings.Join(o.Jobs, " or "))
+	}
+	return out, nil
+}
+
+func printDecision(w io.Writer, d trigger.Decision) {
+	fmt.Fprintf(w, "  %s (%s): %s\n", d.Workflow, d.File, d.Summary)
+	for _, c := range d.Checks {
+		mark := "fail"
+		if c.Passed {
+			mark = "pass"
+		}
+		fmt.Fprintf(w, "    %s  %-24s %s\n", mark, c.Check, c.Reason)
+	}
+}
+
+// agentLabels is what the local agent offers: local plus, unless strict,
+// every label a matched job asks for, so runs_on never strands a job here.
+func agentLabels(matches []engine.Match, strict bool) []string {
+	labels := []string{"local"}
+	if strict {
+		return labels
+	}
+	for _, m := range matches {
+		for _, j := range m.Workflow.Jobs {
+			for _, t := range j.RunsOn {
+				if t.IsLiteral() {
+					labels = append(labels, t.Source())
+					continue
+				}
+				for _, v := range j.Variants {
+					matrix := map[string]any{}
+					for _, kv := range v.Values {
+						matrix[kv.Key] = kv.Value
+					}
+					if s, err := renderWith(t.Source(), map[string]any{"matrix": matrix}); err == nil && kiln.ValidateLabels([]string{s}) == nil {
+						labels = append(labels, s)
+					}
+				}
+			}
+		}
+	}
+	return kiln.NewLabels(labels...)
+}
+
+// execute starts the in-process server and agent, creates the runs and
+// follows them to the end.
+func execute(ctx context.Context, r repo, ev *kiln.Event, matches []engine.Match, o Options) (int, error) {
+	dir, err := os.MkdirTemp("", "kiln-run-")
+	if err != nil {
+		return ExitFailed, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := server.DefaultConfig()
+	cfg.Listen, cfg.DataDir, cfg.LocalAgents = "127.0.0.1:0", dir, 0
+	cfg.Queue.UnroutableGrace = 5 * time.Second
+	logOut := io.Discard
+	if o.Verbose {
+		logOut = o.Err
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ready := make(chan *server.Server, 1)
+	sctx, stopServer := context.WithCancel(context.Background())
+	serverDone := make(chan error, 1)
+	go func() {
+		serverDone <- server.Run(sctx, cfg, server.Options{
+			Out: io.Discard, Logger: log, Ready: func(s *server.Server) { ready <- s },
+			Decorate: func(_ context.Context, _ store.Claimed, spec *proto.JobSpec) error {
+				if spec.Checkout != nil {
+					spec.Checkout = &proto.Checkout{LocalPath: r.root}
+				}
+				return nil
+			},
+		})
+	}()
+	defer func() {
+		stopServer()
+		<-serverDone
+	}()
+	var s *server.Server
+	select {
+	case s = <-ready:
+	case err := <-serverDone:
+		return ExitFailed, fmt.Errorf("the local orchestrator did not start: %w", err)
+	}
+	_, token, err := s.DB.Auth().CreateAgentToken(ctx, store.AgentTokenSpec{Name: "kiln run", CreatedBy: "kiln run"})
+	if err != nil {
+		return ExitFailed, err
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	agentDone := make(chan error, 1)
+	go func() {
+		agentDone <- agent.Run(actx, agent.Config{
+			Server: s.URL, Token: token, ID: "kiln-run", Labels: agentLabels(matches, o.StrictLabels),
+			StateDir: dir + "/agent", MaxJobs: max(2, runtime.NumCPU()), Logger: log.With("part", "agent"),
+		})
+	}()
+	defer func() {
+		stopAgent()
+		<-agentDone
+	}()
+	runs, err := s.Engine.Start(ctx, engine.StartRequest{Event: ev, Matches: matches}, nil)
+	if err != nil {
+		return ExitFailed, err
+	}
+	ids := make([]string, len(runs))
+	for i, cr := range runs {
+		ids[i] = cr.ID
+	}
+	f := newFollower(s, ids, o.Out)
+	final, interrupted := f.follow(ctx)
+	if interrupted {
+		fmt.Fprintln(o.Err, "kiln run: interrupted; cancelling")
+		for _, id := range ids {
+			for range 2 { // graceful, then forced
+				if _, err := s.Engine.Cancel(context.Background(), id, "interrupted"); err != nil {
+					break
+				}
+			}
+		}
+		final, _ = f.follow(context.Background())
+	}
+	return summary(o.Out, final), nil
+}
+
+// summary prints one line per job and returns the exit code.
+func summary(w io.Writer, runs []store.Run) int {
+	fmt.Fprintln(w)
+	code := ExitOK
+	total, failed := 0, 0
+	fmt.Fprintf(w, "%-40s %-16s %9s  %s\n", "JOB", "STATUS", "TIME", "")
+	for _, run := range runs {
+		jobs := append([]store.Job(nil), run.Jobs...)
+		sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].Index < jobs[j].Index })
+		for _, j := range jobs {
+			total++
+			if j.Status.Result() != kiln.ResultSuccess && j.Status.Result() != kiln.ResultSkipped {
+				failed++
+			}
+			fmt.Fprintf(w, "%-40s %-16s %9s  %s\n", clip(run.Workflow+" / "+j.Name, 40), j.Status, elapsed(j.StartedAt, j.FinishedAt), firstLine(j.Error))
+		}
+		if run.Status != kiln.RunSuccess {
+			code = ExitFailed
+		}
+	}
+	switch {
+	case code == ExitOK:
+		fmt.Fprintf(w, "kiln run: all %d jobs passed\n", total)
+	default:
+		fmt.Fprintf(w, "kiln run: %d of %d jobs did not pass\n", failed, total)
+	}
+	return code
+}
+
+func elapsed(from, to time.Time) string {
+	if from.IsZero() || to.IsZero() {
+		return "-"
+	}
+	return to.Sub(from).Round(100 * time.Millisecond).String()
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}

@@ -1,0 +1,38 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// bootstrapAdmin makes sure an operator can use the API: a token fixed by
+// the configuration (KILN_ADMIN_TOKEN) is created if missing; otherwise, on
+// the first start (no admin token yet), one is generated and printed once —
+// it is stored only as a hash and cannot be shown again. It returns the
+// token's secret when this start knows it.
+func bootstrapAdmin(ctx context.Context, db *store.DB, cfg Config, out io.Writer) (string, error) {
+	if cfg.AdminToken != "" {
+		if _, _, err := db.Auth().EnsureAdminToken(ctx, "configured", cfg.AdminToken); err != nil {
+			return "", fmt.Errorf("admin_token: %w", err)
+		}
+		return cfg.AdminToken, nil
+	}
+	tokens, err := db.Auth().ListAdminTokens(ctx)
+	if err != nil {
+		return "", err
+	}
+	if len(tokens) > 0 {
+		return "", nil
+	}
+	_, secret, err := db.Auth().CreateAdminToken(ctx, "first", time.Time{})
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "\nkiln: this is the first start; your admin token is shown once, keep it:\n\n    %s\n\n"+
+		"use it as KILN_TOKEN for the kiln CLI, or as 'Authorization: Bearer …' for the API.\n\n", secret)
+	return secret, nil
+}

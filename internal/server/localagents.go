@@ -1,0 +1,192 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// localAgents starts and supervises the agent processes the server runs on
+// its own host (local_agents). Each is a real `kiln agent` speaking the
+// protocol over loopback, with labels `local` plus its OS and architecture,
+// so a newcomer's server runs jobs with nothing else installed.
+type localAgents struct {
+	db     *store.DB
+	cfg    Config
+	url    string
+	binary string
+	log    *slog.Logger
+}
+
+// Timings of the supervisor.
+const (
+	agentRestartMin = time.Second
+	agentRestartMax = 30 * time.Second
+	agentDrainWait  = 5 * time.Second  // after SIGTERM, before the second (hard stop)
+	agentKillWait   = 10 * time.Second // after the second SIGTERM, before SIGKILL
+)
+
+// Run starts the agents and restarts any that exit until ctx ends, then
+// stops them: a drain request, a hard stop, and SIGKILL as a last resort.
+// Jobs they had running are recovered or requeued by the next server.
+func (l *localAgents) Run(ctx context.Context) error {
+	bin := l.binary
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("local agents: find the kiln executable: %w", err)
+		}
+		bin = exe
+	}
+	token, err := l.token(ctx)
+	if err != nil {
+		return fmt.Errorf("local agents: %w", err)
+	}
+	var wg sync.WaitGroup
+	for i := 1; i <= l.cfg.LocalAgents; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.supervise(ctx, bin, token, i)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// token returns the local agents' token, kept (as a secret, mode 0600) in
+// the data directory so restarts reuse it; a missing or revoked one is
+// replaced.
+func (l *localAgents) token(ctx context.Context) (string, error) {
+	path := filepath.Join(l.cfg.DataDir, "local-agent.token")
+	if b, err := os.ReadFile(path); err == nil {
+		secret := strings.TrimSpace(string(b))
+		if _, err := l.db.Auth().AuthenticateAgent(ctx, secret); err == nil {
+			return secret, nil
+		} else if kiln.ErrorCode(err) != kiln.CodeUnauthorized {
+			return "", err
+		}
+	}
+	_, secret, err := l.db.Auth().CreateAgentToken(ctx, store.AgentTokenSpec{Name: "local agents", CreatedBy: "server"})
+	if err != nil {
+		return "", err
+	}
+	if err := writeSecret(path, secret); err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+func writeSecret(path, secret string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (l *localAgents) supervise(ctx context.Context, bin, token string, i int) {
+	name := fmt.Sprintf("local-%d", i)
+	log := l.log.With("agent", name)
+	delay := agentRestartMin
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := l.runOnce(ctx, bin, token, name, log)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			// A clean exit is a finished drain (kiln agents drain): the
+			// operator asked it to stop, so it stays stopped until the
+			// server restarts.
+			log.Info("local agent drained and stopped; it starts again with the server")
+			return
+		}
+		if time.Since(began) > time.Minute {
+			delay = agentRestartMin
+		}
+		log.Warn("local agent exited; restarting", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, agentRestartMax)
+	}
+}
+
+func (l *localAgents) runOnce(ctx context.Context, bin, token, name string, log *slog.Logger) error {
+	cmd := exec.Command(bin, "agent", "--server", l.url, "--id", name, "--labels", "local",
+		"--state-dir", filepath.Join(l.cfg.DataDir, "agents", name))
+	cmd.Env = append(agentEnv(os.Environ()), "KILN_AGENT_TOKEN="+token)
+	out, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	err = cmd.Start()
+	w.Close() // the child holds its own copy; EOF comes when it (and its children) exit
+	if err != nil {
+		out.Close()
+		return err
+	}
+	go relayLines(out, log)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	// Drain, then hard stop, then kill: the server is going away.
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(agentDrainWait):
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(agentKillWait):
+	}
+	_ = cmd.Process.Kill()
+	return errors.Join(<-done, errors.New("killed"))
+}
+
+// agentEnv is the server's environment without kiln's own settings: the
+// agent gets only its token, not the admin token or database URL.
+func agentEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "KILN_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// relayLines logs a process's output lines until EOF.
+func relayLines(r io.ReadCloser, log *slog.Logger) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 64<<10)
+	for sc.Scan() {
+		log.Info(sc.Text())
+	}
+}

@@ -1,0 +1,238 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/fleet"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/ingress"
+	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/metrics"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// Options are what a caller (the CLI, kiln run, the end-to-end tests) gives
+// the server besides its configuration.
+type Options struct {
+	// Out receives what the operator must see once: the first admin token.
+	Out io.Writer
+	// Logger is the server's log; default text on stderr at cfg.Log.Level.
+	Logger *slog.Logger
+	// AgentBinary is the kiln executable started for local agents; default
+	// this process's executable.
+	AgentBinary string
+	// Ready, when set, receives the server once it accepts connections.
+	Ready func(*Server)
+	// Clock for the store and the engine; default time.Now.
+	Clock func() time.Time
+	// Decorate replaces how a job's checkout is completed before it is
+	// sent (kiln run points it at the working tree); default: the clone
+	// URL and credentials of the run's source.
+	Decorate func(ctx context.Context, c store.Claimed, spec *proto.JobSpec) error
+}
+
+// Server is a running kiln server, handed to Options.Ready.
+type Server struct {
+	Addr       string // host:port it listens on
+	URL        string // http://Addr
+	AdminToken string // set when this start created or was given the admin token
+	DB         *store.DB
+	Engine     *engine.Engine
+	Fleet      *fleet.Fleet
+	Ingress    *ingress.Processor
+	Sources    *ingress.Sources
+	Logs       *logstore.Store
+	Metrics    *metrics.Metrics
+	MetricsURL string // where /metrics is served: on URL, or on metrics.listen
+}
+
+// shutdownGrace bounds how long in-flight HTTP requests may take to finish
+// when the server stops; streamGrace is when requests still open (log
+// follows) are told to end.
+const (
+	shutdownGrace = 10 * time.Second
+	streamGrace   = 2 * time.Second
+)
+
+// Run starts the server and blocks until ctx ends, then shuts down: HTTP
+// requests in flight finish, agent connections close (their agents
+// reconnect to the next server), and runs stay in the database to continue
+// after a restart.
+func Run(ctx context.Context, cfg Config, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = newLogger(os.Stderr, cfg.Log)
+	}
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	started := time.Now()
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	db, err := store.Open(ctx, storeConfig(cfg, opts.Clock, log))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, "logs"), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	admin, err := bootstrapAdmin(ctx, db, cfg, opts.Out)
+	if err != nil {
+		return err
+	}
+
+	eng := engine.New(db, engine.Config{
+		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
+		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
+	})
+	sources := ingress.NewSources(eng.DB(), forge.Options{Logger: log.With("part", "forge")})
+	decorate := opts.Decorate
+	if decorate == nil {
+		decorate = newDecorator(eng.DB(), sources).Decorate
+	}
+	fl, err := fleet.New(eng.DB(), logs, eng, fleetConfig(cfg, opts.Clock, log, decorate))
+	if err != nil {
+		return err
+	}
+	eng.Attach(fl)
+	reporter := newStatusReporter(eng, sources, cfg.PublicURL, log.With("part", "statuses"))
+	met, err := newMetrics(cfg, eng, fl, reporter.rep, log.With("part", "metrics"))
+	if err != nil {
+		return err
+	}
+	proc := ingress.New(eng.DB(), eng, sources, ingress.Config{
+		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
+		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
+	})
+	scheduler := ingress.NewScheduler(eng.DB(), eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /ws", fl.Handler())
+	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
+	if cfg.Metrics.Listen == "" {
+		mux.Handle("GET /metrics", met.Handler())
+	}
+	if err := mountAPI(mux, apiDeps{db: eng.DB(), eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log}); err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	metricsURL := "http://" + ln.Addr().String() + "/metrics"
+	var metricsLn *metricsListener
+	if cfg.Metrics.Listen != "" {
+		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, met, log); err != nil {
+			ln.Close()
+			return err
+		}
+		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
+	}
+	// Requests run under baseCtx, which ends streamGrace after shutdown
+	// starts: ordinary requests finish, long-lived ones (log follows) end.
+	baseCtx, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
+	srv := &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return baseCtx },
+	}
+	s := &Server{
+		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), AdminToken: admin,
+		DB: eng.DB(), Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs, Metrics: met,
+		MetricsURL: metricsURL,
+	}
+	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
+		"startup", time.Since(started).Round(time.Millisecond))
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return eng.Run(gctx) })
+	g.Go(func() error { return fl.Run(gctx) })
+	g.Go(func() error { return proc.Run(gctx) })
+	g.Go(func() error { return reporter.Run(gctx) })
+	g.Go(func() error { return scheduler.Run(gctx) })
+	g.Go(func() error { return met.Run(gctx) })
+	if metricsLn != nil {
+		g.Go(func() error { return metricsLn.Run(gctx) })
+	}
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		t := time.AfterFunc(streamGrace, endRequests)
+		defer t.Stop()
+		return srv.Shutdown(sctx)
+	})
+	if cfg.LocalAgents > 0 {
+		la := &localAgents{db: eng.DB(), cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
+		g.Go(func() error { return la.Run(gctx) })
+	}
+	if opts.Ready != nil {
+		opts.Ready(s)
+	}
+	err = g.Wait()
+	log.Info("kiln server stopped")
+	return err
+}
+
+func storeConfig(cfg Config, clock func() time.Time, log *slog.Logger) store.Config {
+	url := cfg.Database
+	if url == "" {
+		url = "sqlite://" + filepath.Join(cfg.DataDir, "kiln.db")
+	}
+	return store.Config{
+		URL: url, Clock: clock, Logger: log.With("part", "store"),
+		MaxAttempts: cfg.Queue.MaxAttempts, AckTimeout: cfg.Agents.AckTimeout, QueueTimeout: queueTimeout(cfg.Queue.Expiry),
+		RecoveryWindow: cfg.Agents.RecoveryWindow, StaleAfter: cfg.Agents.StaleAfter, DedupTTL: cfg.Webhooks.DedupTTL,
+	}
+}
+
+// queueTimeout maps queue.expiry (0: never) onto the store's convention
+// (negative: never).
+func queueTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+func newLogger(w io.Writer, c LogConfig) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

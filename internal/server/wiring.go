@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/fleet"
+	"github.com/kilnci/kiln/internal/ingress"
+	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
+)
+
+// fleetConfig maps the agents section of the configuration onto the fleet.
+func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger, decorate func(context.Context, store.Claimed, *proto.JobSpec) error) fleet.Config {
+	a := cfg.Agents
+	return fleet.Config{
+		AuthTimeout: a.AuthTimeout, RegisterTimeout: a.RegisterTimeout,
+		HeartbeatInterval: a.HeartbeatInterval, JobHeartbeatInterval: a.JobHeartbeatInterval,
+		UnhealthyAfter: a.UnhealthyAfter, DropAfter: a.DropAfter,
+		SweepInterval: cfg.Queue.SweepInterval, RedriveInterval: cfg.Queue.RedriveInterval,
+		MaxMessageBytes:   int64(a.MaxMessageBytes),
+		MessagesPerSecond: float64(a.MessagesPerSecond), BytesPerSecond: float64(a.BytesPerSecond),
+		SoleCoordinator: cfg.Database == "",
+		Clock:           clock, Logger: log.With("part", "fleet"), Decorate: decorate,
+	}
+}
+
+type apiDeps struct {
+	db      *store.DB
+	eng     *engine.Engine
+	fleet   *fleet.Fleet
+	proc    *ingress.Processor
+	sources *ingress.Sources
+	logs    *logstore.Store
+	log     *slog.Logger
+}
+
+// mountAPI puts the REST API, /health and /ready on mux.
+func mountAPI(mux *http.ServeMux, d apiDeps) error {
+	h, err := api.New(api.Deps{
+		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet},
+	}, api.Config{Logger: d.log.With("part", "api")})
+	if err != nil {
+		return err
+	}
+	mux.Handle("/", h)
+	return nil
+}
+
+// fleetView adapts the fleet to what the API shows of agents.
+type fleetView struct{ f *fleet.Fleet }
+
+func (v fleetView) Agents() []api.AgentView {
+	as := v.f.Agents()
+	out := make([]api.AgentView, len(as))
+	for i, a := range as {
+		out[i] = api.AgentView{
+			ID: a.ID, Labels: a.Labels, Mandatory: a.Mandatory, MaxJobs: a.MaxJobs, ActiveJobs: a.ActiveJobs,
+			Draining: a.Draining, Healthy: a.Healthy, ConnectedAt: a.ConnectedAt, LastHeartbeat: a.LastHeartbeat,
+			Version: a.Version, Hostname: a.Hostname,
+		}
+	}
+	return out
+}
+
+func (v fleetView) Drain(id string) error          { return v.f.Drain(id) }
+func (v fleetView) DisconnectToken(tokenID string) { v.f.DisconnectToken(tokenID) }
