@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -97,20 +96,23 @@ func (q Queue) Claim(ctx context.Context, agentID string, agent kiln.AgentLabels
 	}
 	db := q.h.db
 	if q.h.tx == nil && db.dialect.name() == "postgres" {
-		// Autocommit statements: no BEGIN/COMMIT round trips.
-		now := db.now()
+		// Autocommit statements, combined with other agents' claims.
 		return db.claim(ctx, pool{db.core}, agent, slots, func(keys []string, n int) ([]Claimed, error) {
-			return claimPostgres(ctx, pool{db.core}, now, db.cfg.AckTimeout, keys, agentID, n)
+			return db.claimer.claim(ctx, keys, agentID, n)
 		})
 	}
 	var out []Claimed
 	err := q.h.write(ctx, func(t *txn) error {
 		var err error
 		out, err = db.claim(ctx, t, agent, slots, func(keys []string, n int) ([]Claimed, error) {
-			if db.dialect.name() == "postgres" {
-				return claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, keys, agentID, n)
+			if db.dialect.name() == "sqlite" {
+				return claimSQLite(ctx, t, keys, agentID, n)
 			}
-			return claimSQLite(ctx, t, keys, agentID, n)
+			outs, err := claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, keys, []claimAsk{{agentID, n}})
+			if err != nil {
+				return nil, err
+			}
+			return outs[0], nil
 		})
 		return err
 	})
@@ -198,145 +200,18 @@ func (p pool) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	return p.c.write.QueryRowContext(ctx, p.c.bind(q), args...)
 }
 
-// claimSet is the SET list of a claim; its status comes from mClaim.
-func claimSet(alias string) string {
-	p := alias
-	return fmt.Sprintf(`status = '%s', agent_id = ?, lease_epoch = %[2]slease_epoch + 1, attempts = %[2]sattempts + 1,
+// claimSet is the SET list of a claim; its status comes from mClaim. alias
+// prefixes the job's columns; agent is the SQL of the agent id ("?" or a
+// joined column).
+func claimSet(alias, agent string) string {
+	return fmt.Sprintf(`status = '%s', agent_id = %s, lease_epoch = %[3]slease_epoch + 1, attempts = %[3]sattempts + 1,
 		dispatched_at = ?, ack_deadline = ?, last_heartbeat_at = ?, last_provisioning_error = NULL,
-		pending_reason = NULL, pending_since = NULL, updated_at = ?`, mClaim.to, p)
+		pending_reason = NULL, pending_since = NULL, updated_at = ?`, mClaim.to, agent, alias)
 }
 
 // claimBranch selects the oldest claimable jobs of one key.
 const claimBranch = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key = ? AND stop = 0
 	AND (expires_at IS NULL OR expires_at > ?) ORDER BY id LIMIT ?`
-
-func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slots int) ([]Claimed, error) {
-	now, ack := ms(t.now), ms(t.now.Add(t.db.cfg.AckTimeout))
-	args := []any{agentID, now, ack, now, now}
-	branches := make([]string, len(keys))
-	for i, k := range keys {
-		branches[i] = "SELECT id FROM (" + claimBranch + ")"
-		args = append(args, k, now, slots)
-	}
-	args = append(args, slots)
-	q := "UPDATE jobs SET " + claimSet("") + " WHERE status = 'queued' AND id IN (" +
-		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key"
-	out, err := scanClaimed(t.query(ctx, q, args...))
-	if err != nil || len(out) == 0 {
-		return out, err
-	}
-	runs := map[string]bool{}
-	var runIDs []any
-	for i := range out {
-		out[i].AckDeadline = time.UnixMilli(ack).UTC()
-		if !runs[out[i].RunID] {
-			runs[out[i].RunID] = true
-			runIDs = append(runIDs, out[i].RunID)
-		}
-	}
-	// The runs this claim starts (usually none: one statement, no rows).
-	rows, err := t.query(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
-		WHERE id IN (`+marks(len(runIDs))+`) AND status = 'pending' RETURNING id, number`, append([]any{now, now}, runIDs...)...)
-	if err != nil {
-		return nil, fmt.Errorf("claim: start runs: %w", err)
-	}
-	defer rows.Close()
-	started := map[string]bool{}
-	for rows.Next() {
-		var rc RunChange
-		if err := rows.Scan(&rc.ID, &rc.Number); err != nil {
-			return nil, err
-		}
-		rc.Status = kiln.RunRunning
-		started[rc.ID] = true
-		if t.eff != nil {
-			t.eff.Runs = append(t.eff.Runs, rc)
-		}
-	}
-	for i := range out {
-		if started[out[i].RunID] {
-			out[i].RunStarted = true
-			started[out[i].RunID] = false
-		}
-	}
-	return out, rows.Err()
-}
-
-// claimPostgres claims in one statement: a SKIP LOCKED range scan per
-// accepted key, the oldest of them, and the update. The runs a claim starts
-// move to running in a second statement, only when the claim saw one still
-// pending: the claim must not wait for a run's row lock while it holds job
-// row locks. (FOR UPDATE also locks a row it then skips because a committed
-// update made it no longer queued; a completion holding that job's run lock
-// and waiting for that row would otherwise deadlock with it.)
-func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, keys []string, agentID string, slots int) ([]Claimed, error) {
-	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
-	var b strings.Builder
-	var args []any
-	b.WriteString("WITH ")
-	picks := make([]string, len(keys))
-	for i, k := range keys {
-		fmt.Fprintf(&b, "c%d AS (%s FOR UPDATE SKIP LOCKED), ", i, claimBranch)
-		args = append(args, k, now, slots)
-		picks[i] = fmt.Sprintf("SELECT id FROM c%d", i)
-	}
-	fmt.Fprintf(&b, "pick AS (SELECT id FROM (%s) u ORDER BY id LIMIT ?), ", strings.Join(picks, " UNION ALL "))
-	args = append(args, slots)
-	b.WriteString("claimed AS (UPDATE jobs j SET " + claimSet("j.") + ` FROM pick WHERE j.id = pick.id AND j.status = 'queued'
-		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key)
-		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, r.status = 'pending'
-		FROM claimed c JOIN runs r ON r.id = c.run_id`)
-	args = append(args, agentID, now, ack, now, now)
-	rows, err := q.query(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	var out []Claimed
-	var pending []any
-	seen := map[string]bool{}
-	for rows.Next() {
-		var c Claimed
-		var spec, key string
-		var runPending bool
-		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &runPending); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		c.Spec, c.Requirement = json.RawMessage(spec), parsedKey(key)
-		c.AckDeadline = time.UnixMilli(ack).UTC()
-		if runPending && !seen[c.RunID] {
-			seen[c.RunID] = true
-			pending = append(pending, c.RunID)
-		}
-		out = append(out, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	sortClaimed(out)
-	if len(pending) == 0 {
-		return out, nil
-	}
-	// SKIP LOCKED: a run whose row is being updated by someone else (most
-	// often a concurrent claim starting it) is not waited for; Start fixes
-	// up a run that stayed pending.
-	started, err := queryStrings(ctx, q, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
-		WHERE id IN (SELECT id FROM runs WHERE id IN (`+marks(len(pending))+`) AND status = 'pending' FOR UPDATE SKIP LOCKED)
-		RETURNING id`, append([]any{now, now}, pending...)...)
-	if err != nil {
-		return nil, fmt.Errorf("claim: start runs: %w", err)
-	}
-	for _, id := range started {
-		for i := range out {
-			if out[i].RunID == id {
-				out[i].RunStarted = true
-				break
-			}
-		}
-	}
-	return out, nil
-}
 
 func scanClaimed(rows *sql.Rows, err error) ([]Claimed, error) {
 	if err != nil {

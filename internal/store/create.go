@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/google/uuid"
@@ -139,7 +140,8 @@ func findCycle(graph map[string][]string) string {
 	for k := range graph {
 		keys = append(keys, k)
 	}
-	for _, k := range sortedStrings(keys) {
+	sort.Strings(keys)
+	for _, k := range keys {
 		if color[k] == white {
 			if c := visit(k); c != "" {
 				return c

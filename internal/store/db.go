@@ -132,10 +132,11 @@ type core struct {
 	read    *sql.DB // SQLite: a read-only pool; PostgreSQL: the same pool
 	log     *slog.Logger
 
-	comb      *combiner // SQLite: group commit of concurrent writes
-	keys      keyCache  // the distinct queued keys, for claims
-	rebound   sync.Map  // SQL with ? → SQL for this dialect
-	stmts     sync.Map  // SQLite: SQL → statement prepared on the writer
+	comb      *combiner  // SQLite: group commit of concurrent writes
+	claimer   *pgClaimer // PostgreSQL: combined claims
+	keys      keyCache   // the distinct queued keys, for claims
+	rebound   sync.Map   // SQL with ? → SQL for this dialect
+	stmts     sync.Map   // SQLite: SQL → statement prepared on the writer
 	nstmts    atomic.Int32
 	closeOnce sync.Once
 	closeErr  error
@@ -164,6 +165,8 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	if c.dialect.name() == "sqlite" {
 		c.startCombiner()
+	} else {
+		c.startClaimer()
 	}
 	return &DB{core: c}, nil
 }
@@ -181,6 +184,9 @@ func (db *DB) Close() error { return db.core.close() }
 func (c *core) close() error {
 	c.closeOnce.Do(func() {
 		c.stopCombiner()
+		if c.claimer != nil {
+			c.claimer.stop()
+		}
 		var errs []error
 		c.stmts.Range(func(_, v any) bool {
 			errs = append(errs, v.(*sql.Stmt).Close())

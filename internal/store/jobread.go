@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	"github.com/kilnci/kiln"
 )
@@ -115,9 +114,4 @@ func loadStepsOf(ctx context.Context, q querier, ids []any, jobs []Job, index ma
 		j.Steps = append(j.Steps, s)
 	}
 	return rows.Err()
-}
-
-func sortedStrings(xs []string) []string {
-	sort.Strings(xs)
-	return xs
 }

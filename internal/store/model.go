@@ -199,10 +199,3 @@ type Effects struct {
 	Cancel   []CancelTarget
 	Runs     []RunChange
 }
-
-func (e *Effects) merge(o Effects) {
-	e.Queued = append(e.Queued, o.Queued...)
-	e.Finished = append(e.Finished, o.Finished...)
-	e.Cancel = append(e.Cancel, o.Cancel...)
-	e.Runs = append(e.Runs, o.Runs...)
-}

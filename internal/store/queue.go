@@ -127,7 +127,7 @@ func (q Queue) Depth(ctx context.Context) (Depth, error) {
 		d.ByStatus[s] = 0
 	}
 	r := q.h.reader()
-	rows, err := r.query(ctx, "SELECT status, COUNT(*) FROM jobs WHERE status IN ("+statusList(nonTerminal)+") GROUP BY status")
+	rows, err := r.query(ctx, "SELECT status, COUNT(*) FROM jobs WHERE "+inActiveRuns+" AND status IN ("+statusList(nonTerminal)+") GROUP BY status")
 	if err != nil {
 		return d, fmt.Errorf("queue depth: %w", err)
 	}

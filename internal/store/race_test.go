@@ -120,3 +120,78 @@ func claimUntilEmpty(db *store.DB, agent string, record func([]store.Claimed)) e
 		}
 	}
 }
+
+// TestClaimRaceSharedPool has many agents of two kinds claim at once
+// through one store, so claims are combined into shared statements: every
+// job is claimed exactly once, by an agent that accepts it, and no claim
+// gets more jobs than its slots.
+func TestClaimRaceSharedPool(t *testing.T) {
+	const perKind = 600
+	gpu := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "gpu"), Mandatory: kiln.NewLabels("gpu")}
+	gpuReq := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "gpu")}
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		for r := 0; r < perKind/100; r++ {
+			var jobs []store.NewJob
+			for i := 0; i < 100; i++ {
+				jobs = append(jobs, store.NewJob{Name: fmt.Sprintf("cpu %d", i), Requirement: linuxReq()},
+					store.NewJob{Name: fmt.Sprintf("gpu %d", i), Requirement: gpuReq})
+			}
+			mustCreate(t, db, newRun(jobs...))
+		}
+		var mu sync.Mutex
+		owner := map[string]string{}
+		var wg sync.WaitGroup
+		errs := make(chan error, 40)
+		for a := 0; a < 40; a++ {
+			labels, kind := linux, "cpu"
+			if a%2 == 1 {
+				labels, kind = gpu, "gpu"
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("%s-agent-%d", kind, a)
+				for {
+					slots := 1 + rand.IntN(4)
+					cs, err := db.Queue().Claim(ctx, id, labels, slots)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(cs) > slots {
+						errs <- fmt.Errorf("%s asked for %d jobs and got %d", id, slots, len(cs))
+						return
+					}
+					if len(cs) == 0 {
+						if ok, err := db.Queue().HasMatch(ctx, labels); err != nil || !ok {
+							errs <- err
+							return
+						}
+						continue
+					}
+					mu.Lock()
+					for _, c := range cs {
+						if prev, dup := owner[c.JobID]; dup {
+							errs <- fmt.Errorf("job %s claimed by %s and %s", c.JobID, prev, id)
+						}
+						owner[c.JobID] = id
+						if c.Name[:3] != kind {
+							errs <- fmt.Errorf("%s claimed %s", id, c.Name)
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(owner) != 2*perKind {
+			t.Fatalf("%d jobs claimed, want %d", len(owner), 2*perKind)
+		}
+	})
+}

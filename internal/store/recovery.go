@@ -28,6 +28,11 @@ type SweepResult struct {
 	Effects
 }
 
+// inActiveRuns restricts a query on jobs to unfinished runs, through the
+// runs_status and jobs_run indexes: an unfinished job always belongs to an
+// unfinished run, and there is no index on jobs by agent.
+const inActiveRuns = "run_id IN (SELECT id FROM runs WHERE status IN ('pending', 'running', 'cancelling'))"
+
 // candidate is a job a sweep looked at before changing it.
 type candidate struct {
 	ID, RunID, Name, AgentID string
@@ -195,7 +200,7 @@ func (q Queue) AgentLost(ctx context.Context, agentID string) (SweepResult, erro
 	var res SweepResult
 	eff, err := q.h.op(ctx, func(t *txn) error {
 		res = SweepResult{}
-		cs, ids, err := t.candidates(ctx, "agent_id = ? AND status IN ("+statusList(held)+")", agentID)
+		cs, ids, err := t.candidates(ctx, inActiveRuns+" AND agent_id = ? AND status IN ("+statusList(held)+")", agentID)
 		if err != nil || len(cs) == 0 {
 			return err
 		}

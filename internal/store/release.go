@@ -60,7 +60,8 @@ type Release struct {
 // Releaser decides what happens to a job whose needs are met: evaluate its
 // `if:`, `runs_on` and other release-time expressions and return a Release.
 // It runs inside the store's write transaction (which may be rerun on a
-// PostgreSQL deadlock), so it must be quick, pure and free of I/O.
+// PostgreSQL deadlock), so it must be quick, pure and free of I/O — above
+// all it must not call the store.
 type Releaser func(ReadyJob) Release
 
 // NeedContext is `needs.<job>` as a dependent sees it: the group's result

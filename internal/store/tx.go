@@ -53,7 +53,9 @@ func (tx *Tx) Cluster() Cluster { return Cluster{h: tx.handle()} }
 // across calls other than what it rebuilds (results captured in variables are
 // simply overwritten by the rerun). fn must not swallow errors of the
 // operations it calls: on PostgreSQL a failed statement aborts the whole
-// transaction.
+// transaction. fn must use tx's accessors, never the DB's: on SQLite the
+// transaction holds the only writer, and a write through the DB would wait
+// for it forever.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return db.update(ctx, func(t *txn) error { return fn(&Tx{t: t}) })
 }

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// claimAsk is one agent's claim inside a claim statement.
+type claimAsk struct {
+	agentID string
+	slots   int
+}
+
+// claimPostgres claims for one or more agents that accept the same keys, in
+// one statement: a SKIP LOCKED range scan per key for the oldest total
+// slots, numbered in id order and handed out to the asks in order (the
+// first ask gets the oldest jobs). It returns each ask's jobs.
+//
+// The same statement moves the runs it starts from pending to running, but
+// with SKIP LOCKED: the claim must never wait for a run's row while it
+// holds job rows. (FOR UPDATE also locks a row it then skips because a
+// committed update made it no longer queued; a completion that held that
+// job's run and waited for the row would deadlock with it.) A run whose row
+// was busy stays pending until its job starts (Jobs().Start).
+func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
+	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
+	total := 0
+	for _, a := range asks {
+		total += a.slots
+	}
+	var b strings.Builder
+	var args []any
+	b.WriteString("WITH ")
+	picks := make([]string, len(keys))
+	for i, k := range keys {
+		fmt.Fprintf(&b, "c%d AS (%s FOR UPDATE SKIP LOCKED), ", i, claimBranch)
+		args = append(args, k, now, total)
+		picks[i] = fmt.Sprintf("SELECT id FROM c%d", i)
+	}
+	fmt.Fprintf(&b, "pick AS (SELECT id, row_number() OVER (ORDER BY id) AS rn FROM (%s) u ORDER BY id LIMIT ?), ", strings.Join(picks, " UNION ALL "))
+	args = append(args, total)
+	// who numbers the slots: slot n goes to the ask that owns it.
+	b.WriteString("who (rn, ask, agent) AS (VALUES ")
+	n := 0
+	for i, a := range asks {
+		for s := 0; s < a.slots; s++ {
+			if n > 0 {
+				b.WriteString(", ")
+			}
+			n++
+			b.WriteString("(?::bigint, ?::int, ?::text)")
+			args = append(args, n, i, a.agentID)
+		}
+	}
+	b.WriteString("), claimed AS (UPDATE jobs j SET " + claimSet("j.", "who.agent") + ` FROM pick JOIN who ON who.rn = pick.rn
+		WHERE j.id = pick.id AND j.status = 'queued'
+		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, who.ask),
+		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
+		WHERE r.id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM claimed) AND status = 'pending' FOR UPDATE SKIP LOCKED)
+		RETURNING r.id)
+		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, c.ask, s.id IS NOT NULL
+		FROM claimed c LEFT JOIN started s ON s.id = c.run_id`)
+	args = append(args, now, ack, now, now, now, now)
+	rows, err := q.query(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	out := make([][]Claimed, len(asks))
+	seen := map[string]bool{}
+	for rows.Next() {
+		var c Claimed
+		var spec, key string
+		var ask int
+		var runStarted bool
+		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &ask, &runStarted); err != nil {
+			return nil, err
+		}
+		c.Spec, c.Requirement = json.RawMessage(spec), parsedKey(key)
+		c.AckDeadline = time.UnixMilli(ack).UTC()
+		if runStarted && !seen[c.RunID] {
+			seen[c.RunID] = true
+			c.RunStarted = true
+		}
+		out[ask] = append(out[ask], c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	for i := range out {
+		sortClaimed(out[i])
+	}
+	return out, nil
+}
+
+// Claims from many agents at once are combined: a few claim workers each
+// take the claims waiting at the moment and run one statement per set of
+// accepted keys, so a hundred agents asking together pay a few commits
+// (fsyncs) instead of a hundred. Each claim still gets the oldest jobs left
+// when its statement runs, and a worker that finds one claim waiting runs
+// it alone, with the latency of a direct claim.
+const (
+	claimWorkers   = 4
+	maxClaimAsks   = 64  // claims per combined statement
+	maxClaimSlots  = 256 // jobs per combined statement
+	claimQueueSize = 1024
+)
+
+type claimReq struct {
+	ctx   context.Context
+	keys  []string
+	ask   claimAsk
+	out   []Claimed
+	err   error
+	done  chan struct{}
+	group string
+}
+
+type pgClaimer struct {
+	c    *core
+	reqs chan *claimReq
+	quit chan struct{}
+	exit chan struct{}
+}
+
+func (c *core) startClaimer() {
+	c.claimer = &pgClaimer{c: c, reqs: make(chan *claimReq, claimQueueSize), quit: make(chan struct{}), exit: make(chan struct{}, claimWorkers)}
+	for range claimWorkers {
+		go c.claimer.work()
+	}
+}
+
+func (p *pgClaimer) stop() {
+	close(p.quit)
+	for range claimWorkers {
+		<-p.exit
+	}
+}
+
+// claim submits a claim and waits for its statement. Once taken by a
+// worker the claim runs even if ctx ends, and its outcome is returned, so
+// no job is left dispatched to a claimer that went away unseen.
+func (p *pgClaimer) claim(ctx context.Context, keys []string, agentID string, slots int) ([]Claimed, error) {
+	r := &claimReq{ctx: ctx, keys: keys, ask: claimAsk{agentID, slots}, done: make(chan struct{}), group: strings.Join(keys, "\n")}
+	select {
+	case p.reqs <- r:
+	case <-p.quit:
+		return nil, errClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	<-r.done
+	return r.out, r.err
+}
+
+func (p *pgClaimer) work() {
+	defer func() { p.exit <- struct{}{} }()
+	for {
+		var first *claimReq
+		select {
+		case first = <-p.reqs:
+		case <-p.quit:
+			return
+		}
+		batch, slots := []*claimReq{first}, first.ask.slots
+	fill:
+		for len(batch) < maxClaimAsks && slots < maxClaimSlots {
+			select {
+			case r := <-p.reqs:
+				batch = append(batch, r)
+				slots += r.ask.slots
+			default:
+				break fill
+			}
+		}
+		p.run(batch)
+	}
+}
+
+// run claims for a batch, one statement per set of accepted keys.
+func (p *pgClaimer) run(batch []*claimReq) {
+	groups := map[string][]*claimReq{}
+	var order []string
+	for _, r := range batch {
+		if r.ctx.Err() != nil {
+			r.err = r.ctx.Err()
+			close(r.done)
+			continue
+		}
+		if _, ok := groups[r.group]; !ok {
+			order = append(order, r.group)
+		}
+		groups[r.group] = append(groups[r.group], r)
+	}
+	for _, g := range order {
+		rs := groups[g]
+		asks := make([]claimAsk, len(rs))
+		for i, r := range rs {
+			asks[i] = r.ask
+		}
+		// The statement must not die with one claimer's context.
+		out, err := claimPostgres(context.Background(), pool{p.c}, p.c.now(), p.c.cfg.AckTimeout, rs[0].keys, asks)
+		for i, r := range rs {
+			if err != nil {
+				r.err = err
+			} else {
+				r.out = out[i]
+			}
+			close(r.done)
+		}
+	}
+}

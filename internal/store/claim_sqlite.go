@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kilnci/kiln"
+)
+
+// claimSQLite claims on SQLite: the transaction holds the only writer, so a
+// plain UPDATE … WHERE id IN (the oldest queued ids of the accepted keys)
+// cannot race another claim; concurrent claims are batched by the write
+// combiner into one commit.
+func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slots int) ([]Claimed, error) {
+	now, ack := ms(t.now), ms(t.now.Add(t.db.cfg.AckTimeout))
+	args := []any{agentID, now, ack, now, now}
+	branches := make([]string, len(keys))
+	for i, k := range keys {
+		branches[i] = "SELECT id FROM (" + claimBranch + ")"
+		args = append(args, k, now, slots)
+	}
+	args = append(args, slots)
+	q := "UPDATE jobs SET " + claimSet("", "?") + " WHERE status = 'queued' AND id IN (" +
+		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key"
+	out, err := scanClaimed(t.query(ctx, q, args...))
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	runs := map[string]bool{}
+	var runIDs []any
+	for i := range out {
+		out[i].AckDeadline = time.UnixMilli(ack).UTC()
+		if !runs[out[i].RunID] {
+			runs[out[i].RunID] = true
+			runIDs = append(runIDs, out[i].RunID)
+		}
+	}
+	// The runs this claim starts (usually none: one statement, no rows).
+	rows, err := t.query(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
+		WHERE id IN (`+marks(len(runIDs))+`) AND status = 'pending' RETURNING id, number`, append([]any{now, now}, runIDs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: start runs: %w", err)
+	}
+	defer rows.Close()
+	started := map[string]bool{}
+	for rows.Next() {
+		var rc RunChange
+		if err := rows.Scan(&rc.ID, &rc.Number); err != nil {
+			return nil, err
+		}
+		rc.Status = kiln.RunRunning
+		started[rc.ID] = true
+		if t.eff != nil {
+			t.eff.Runs = append(t.eff.Runs, rc)
+		}
+	}
+	for i := range out {
+		if started[out[i].RunID] {
+			out[i].RunStarted = true
+			started[out[i].RunID] = false
+		}
+	}
+	return out, rows.Err()
+}
