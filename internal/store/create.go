@@ -289,7 +289,8 @@ func sortedKeysBool(m map[string]bool) []string {
 			out = append(out, k)
 		}
 	}
-	return sortedStrings(out)
+	sort.Strings(out)
+	return out
 }
 
 // insertRows inserts rows with multi-row INSERTs, chunked below both
