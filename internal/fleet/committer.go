@@ -26,6 +26,11 @@ import (
 type op struct {
 	run  func(ctx context.Context, tx *store.Tx) (store.Effects, error)
 	done chan error // buffered; nil: nobody waits
+	// complete, instead of run, ends a job (indexing its step logs first):
+	// consecutive completions in a batch go to the store as one
+	// CompleteBatch, which moves alike jobs in one statement.
+	complete *store.Completion
+	chunks   []store.Chunk
 }
 
 var errStopped = errors.New("fleet: the orchestrator is shutting down")
@@ -63,6 +68,15 @@ func refusal(err error) bool {
 // do runs fn and waits for its result.
 func (cm *committer) do(fn func(ctx context.Context, tx *store.Tx) (store.Effects, error)) error {
 	o := &op{run: fn, done: make(chan error, 1)}
+	if err := cm.submit(o); err != nil {
+		return err
+	}
+	return <-o.done
+}
+
+// completeJob ends a job and waits for the result.
+func (cm *committer) completeJob(c store.Completion, chunks []store.Chunk) error {
+	o := &op{complete: &c, chunks: chunks, done: make(chan error, 1)}
 	if err := cm.submit(o); err != nil {
 		return err
 	}
@@ -122,14 +136,14 @@ func (cm *committer) drain(ctx context.Context) {
 		cm.mu.Unlock()
 		close(locked)
 	}()
+wait:
 	for {
 		select {
 		case o := <-cm.ch:
 			cm.commit(ctx, []*op{o})
-			continue
 		case <-locked:
+			break wait
 		}
-		break
 	}
 	for {
 		select {
@@ -151,8 +165,16 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 	results := make([]error, len(batch))
 	effects := make([]store.Effects, len(batch))
 	err := cm.db.Update(ctx, func(tx *store.Tx) error {
-		for i, o := range batch {
-			eff, err := o.run(ctx, tx)
+		for i := 0; i < len(batch); {
+			if batch[i].complete != nil {
+				n, err := cm.completions(ctx, tx, batch[i:], results[i:], effects[i:])
+				if err != nil {
+					return err
+				}
+				i += n
+				continue
+			}
+			eff, err := batch[i].run(ctx, tx)
 			if err != nil && !refusal(err) {
 				return err
 			}
@@ -160,6 +182,7 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 			if err != nil {
 				effects[i] = store.Effects{}
 			}
+			i++
 		}
 		return nil
 	})
@@ -194,4 +217,39 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 			cm.log("fleet: a store operation failed", "err", results[i])
 		}
 	}
+}
+
+// completions runs the completions at the head of ops as one CompleteBatch
+// and returns how many it ran.
+func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, results []error, effects []store.Effects) (int, error) {
+	n := 0
+	for n < len(ops) && ops[n].complete != nil {
+		n++
+	}
+	cs := make([]store.Completion, n)
+	var chunks []store.Chunk
+	for i, o := range ops[:n] {
+		cs[i] = *o.complete
+		chunks = append(chunks, o.chunks...)
+	}
+	if len(chunks) > 0 {
+		// The step logs are stored; their index is a convenience that
+		// never holds a completion back.
+		if err := tx.Logs().Append(ctx, chunks...); err != nil {
+			if !refusal(err) {
+				return 0, err
+			}
+			cm.log("fleet: a log chunk was not indexed", "err", err)
+		}
+	}
+	errs, eff, err := tx.Jobs().CompleteBatch(ctx, cs)
+	if err != nil {
+		return 0, err
+	}
+	copy(results, errs)
+	for i := range n {
+		effects[i] = store.Effects{}
+	}
+	effects[0] = eff
+	return n, nil
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
-// conn is one agent connection. Its goroutine (the HTTP handler's) reads
-// and handles frames in order; any goroutine may write to it.
+// conn is one agent connection. Its goroutine reads and handles frames in
+// order; any goroutine may write to it.
 type conn struct {
 	f  *Fleet
 	ws *websocket.Conn
@@ -62,26 +62,35 @@ func putBuf(b *bytes.Buffer) {
 
 // serveHTTP upgrades the request and serves the connection until it ends.
 func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	f.acceptMu.Lock()
 	if !f.accepting.Load() {
+		f.acceptMu.Unlock()
 		http.Error(w, "the orchestrator is not ready for agents", http.StatusServiceUnavailable)
 		return
 	}
+	f.handlers.Add(1) // under acceptMu: never after shutdown began waiting
+	f.acceptMu.Unlock()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
+		f.handlers.Done()
 		return // Accept answered the request
 	}
-	f.handlers.Add(1)
-	defer f.handlers.Done()
-	ws.SetReadLimit(f.cfg.MaxMessageBytes)
-	c := &conn{f: f, ws: ws, id: uuid.NewString(), done: make(chan struct{})}
-	c.lastSeen.Store(f.now().UnixNano())
-	f.reg.addConn(c)
-	f.stats.connects.Add(1)
-	if !f.accepting.Load() { // shutdown began while we upgraded
-		f.disconnect(c, causeShutdown())
-		return
-	}
-	f.disconnect(c, c.serve())
+	// The connection is served by a goroutine of its own, and the HTTP
+	// server's goroutine ends: an idle agent then keeps neither the
+	// server's frames on its stack nor the request in the heap.
+	go func() {
+		defer f.handlers.Done()
+		ws.SetReadLimit(f.cfg.MaxMessageBytes)
+		c := &conn{f: f, ws: ws, id: uuid.NewString(), done: make(chan struct{})}
+		c.lastSeen.Store(f.now().UnixNano())
+		f.reg.addConn(c)
+		f.stats.connects.Add(1)
+		if !f.accepting.Load() { // shutdown began while we upgraded
+			f.disconnect(c, causeShutdown())
+			return
+		}
+		f.disconnect(c, c.serve())
+	}()
 }
 
 // serve runs the handshake and the frame loop and returns why it ended.

@@ -61,8 +61,9 @@ type released struct {
 	// (b) AwaitingAck: dispatches sent and not yet acknowledged, and
 	// cancels waiting for their dispatch.
 	AwaitingAck, Cancels int
-	// (c) Heartbeats: buffered job heartbeats not yet written.
-	Heartbeats int
+	// (c) Heartbeats and Acks: buffered job heartbeats and deferred
+	// acknowledgements not yet written.
+	Heartbeats, Acks int
 	// (d) StepFiles: open step log files (logstore.CloseStep), which live
 	// viewers' files also are.
 	StepFiles int
@@ -133,6 +134,7 @@ func (f *Fleet) releaseLocked(c *conn, cause closeCause) {
 	}
 	a.releaseWaiters(f.logs, &rel)
 	rel.Heartbeats = f.hb.forget(a)
+	rel.Acks = f.acks.forget(a)
 	f.reg.unregister(a)
 	f.disp.refreshReasons()
 	if h := f.hooks.released.Load(); h != nil {

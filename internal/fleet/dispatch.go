@@ -157,6 +157,16 @@ type pick struct {
 // before the queue was drained or every accepting agent was busy.
 func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	f := d.f
+	// A few jobs and a few idle agents (the common case of a webhook):
+	// every idle agent claims at once, without reading the queued keys
+	// first — the claim reads them itself — so the dispatch is one
+	// transaction after the wake-up. The keys are read afterwards, for
+	// the pending reasons and whatever is left.
+	var fast []pick
+	if !full && hint > 0 {
+		fast = d.idle(max(hint, fastPathAgents))
+		d.claim(ctx, fast)
+	}
 	keys, err := f.db.Queue().Keys(ctx)
 	if err != nil {
 		f.log.Error("fleet: reading the queue failed; the redrive will retry", "err", err)
@@ -165,6 +175,15 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	live := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		live[k] = true
+	}
+	for _, p := range fast {
+		if len(p.got) < p.n {
+			for k := range live {
+				if p.a.labels.Accepts(requirement(k)) {
+					delete(live, k)
+				}
+			}
+		}
 	}
 	budget := hint
 	if full {
@@ -197,6 +216,24 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	}
 	d.explain(ctx, keys, live, hint > 0 || full)
 	return done
+}
+
+// fastPathAgents is how many idle agents a wake-up for a few jobs offers
+// them to without routing by key first.
+const fastPathAgents = 4
+
+// idle returns the agents with free slots, if there are at most n of them.
+func (d *dispatcher) idle(n int) []pick {
+	var picks []pick
+	for _, a := range d.f.reg.list() {
+		if free := a.freeSlots(); free > 0 {
+			if len(picks) == n {
+				return nil
+			}
+			picks = append(picks, pick{a: a, n: free})
+		}
+	}
+	return picks
 }
 
 // allot gives each live key idle agents accepting it: at least one, and
@@ -261,64 +298,101 @@ func (d *dispatcher) claim(ctx context.Context, picks []pick) int {
 		d.f.log.Error("fleet: claiming jobs failed; the redrive will retry", "err", err)
 		return 0
 	}
-	n := 0
-	for _, p := range picks {
+	// The leases are recorded now, so the next round sees the slots taken;
+	// each agent's dispatches are then written by a goroutine of their
+	// own, so an agent slow to read (up to WriteTimeout) delays no other. A
+	// lone agent's are written here, which is quicker.
+	n, busy := 0, 0
+	for i := range picks {
+		p := &picks[i]
+		p.got = p.a.hold(p.got)
 		n += len(p.got)
-		for _, c := range p.got {
-			d.deliver(ctx, p.a, c)
+		if len(p.got) > 0 {
+			busy++
 		}
+	}
+	for _, p := range picks {
+		if len(p.got) == 0 {
+			continue
+		}
+		if busy == 1 {
+			d.deliverAll(ctx, p.a, p.got)
+			continue
+		}
+		go d.deliverAll(ctx, p.a, p.got)
 	}
 	return n
 }
 
-// deliver sends a claimed job to its agent. The lease is recorded before
-// the frame is written, so the agent's answer always finds it.
+// hold records the leases of claimed jobs in the agent's slots and returns
+// those it recorded: none for an agent being lost, whose loss, committed
+// after the claim, covers them.
+func (a *agent) hold(cs []store.Claimed) []store.Claimed {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lost.Load() {
+		return nil
+	}
+	for _, c := range cs {
+		a.jobs[c.JobID] = &heldJob{runID: c.RunID, epoch: c.Epoch, attempt: c.Attempt, ackDeadline: c.AckDeadline}
+	}
+	return cs
+}
+
+func (d *dispatcher) deliverAll(ctx context.Context, a *agent, cs []store.Claimed) {
+	for _, c := range cs {
+		d.deliver(ctx, a, c)
+	}
+}
+
+// deliver sends a held job to its agent. A job that cannot be sent leaves
+// the agent's slots and is failed (its spec is unreadable) or requeued
+// (Decorate failed).
 func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
 	f := d.f
 	l := store.Lease{JobID: c.JobID, Epoch: c.Epoch}
+	fail := func(why string, requeue bool) {
+		a.finish(c.JobID, c.Epoch)
+		f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+			if requeue {
+				res, err := tx.Queue().Requeue(ctx, l, why)
+				return res.Effects, err
+			}
+			return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: kiln.JobFailed, Error: why})
+		})
+	}
 	spec, err := decodeSpec(c.Spec)
 	if err != nil {
 		f.log.Error("fleet: a job's spec cannot be read; failing it", "job_id", c.JobID, "err", err)
-		f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-			return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: kiln.JobFailed,
-				Error: "kiln could not read the job's specification: " + err.Error()})
-		})
+		fail("kiln could not read the job's specification: "+err.Error(), false)
 		return
 	}
 	if f.cfg.Decorate != nil {
 		if err := f.cfg.Decorate(ctx, c, &spec); err != nil {
 			f.log.Error("fleet: preparing a dispatch failed; requeueing the job", "job_id", c.JobID, "err", err)
-			f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-				res, err := tx.Queue().Requeue(ctx, l, "preparing the dispatch failed: "+err.Error())
-				return res.Effects, err
-			})
+			fail("preparing the dispatch failed: "+err.Error(), true)
 			return
 		}
 	}
 	frame, err := proto.Encode(0, &proto.Dispatch{JobID: c.JobID, RunID: c.RunID, LeaseEpoch: c.Epoch, Attempt: c.Attempt, Spec: spec})
 	if err != nil {
 		f.log.Error("fleet: a dispatch cannot be encoded; failing the job", "job_id", c.JobID, "err", err)
-		f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-			return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: kiln.JobFailed,
-				Error: "kiln could not send the job to an agent: " + err.Error()})
-		})
+		fail("kiln could not send the job to an agent: "+err.Error(), false)
 		return
 	}
+	now := f.now()
 	a.mu.Lock()
-	if a.lost.Load() {
-		// The agent's loss, committed after this claim, covers the job.
-		a.mu.Unlock()
-		return
+	if j := a.jobs[c.JobID]; j != nil && j.epoch == c.Epoch {
+		j.sentAt = now // before the write: the ack may be read before it returns
 	}
-	j := &heldJob{runID: c.RunID, epoch: c.Epoch, attempt: c.Attempt}
-	a.jobs[c.JobID] = j
 	a.mu.Unlock()
 	if err := a.c.write(frame); err != nil {
 		return // the connection is gone; its disconnect hands the job back
 	}
-	now := f.now()
 	a.mu.Lock()
-	j.sent, j.sentAt = true, now
+	if j := a.jobs[c.JobID]; j != nil && j.epoch == c.Epoch {
+		j.sent = true
+	}
 	cancel := a.cancels[c.JobID]
 	delete(a.cancels, c.JobID)
 	a.mu.Unlock()

@@ -1,7 +1,10 @@
 package fleet
 
 import (
+	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,10 +117,11 @@ func TestPendingReasons(t *testing.T) {
 			})
 			return j
 		}
-		reason("no connected agent with labels gpu, linux")
-		c1, _ := h.connect(secret, reg{id: "build-1"})
-		j := reason("closest: agent build-1 lacks gpu")
-		since := j.PendingSince
+		first := reason("no connected agent with labels gpu, linux")
+		h.connect(secret, reg{id: "build-1"})
+		if j := reason("closest: agent build-1 lacks gpu"); j.PendingSince.Before(first.PendingSince) {
+			t.Fatalf("the new reason's time %v is before the old one's %v", j.PendingSince, first.PendingSince)
+		}
 
 		// A matching agent that is busy.
 		c2, _ := h.connect(secret, reg{id: "gpu-1", labels: []string{"gpu"}})
@@ -129,11 +133,11 @@ func TestPendingReasons(t *testing.T) {
 			j2 = h.job(more["gpu2"])
 			return j2.PendingReason == "the one matching agent is busy"
 		})
-		first := j2.PendingSince
+		since := j2.PendingSince
 		// Redrives keep the reason and its time.
 		h.sweeps(20)
-		if again := h.job(more["gpu2"]); again.PendingReason != j2.PendingReason || !again.PendingSince.Equal(first) {
-			t.Fatalf("reason rewritten: %q since %v (was %v)", again.PendingReason, again.PendingSince, first)
+		if again := h.job(more["gpu2"]); again.PendingReason != j2.PendingReason || !again.PendingSince.Equal(since) {
+			t.Fatalf("reason rewritten: %q since %v (was %v)", again.PendingReason, again.PendingSince, since)
 		}
 		if err := h.f.Drain("gpu-1"); err != nil {
 			t.Fatal(err)
@@ -142,8 +146,6 @@ func TestPendingReasons(t *testing.T) {
 		eventually(t, "draining reason", func() bool {
 			return h.job(more["gpu2"]).PendingReason == "the one matching agent is draining"
 		})
-		_ = since
-		_ = c1
 	})
 }
 
@@ -167,5 +169,86 @@ func TestMandatoryLabels(t *testing.T) {
 		if j := h.job(jobs["plain"]); j.Status != kiln.JobQueued || !strings.Contains(j.PendingReason, "mandatory label gpu") {
 			t.Fatalf("plain job %s, reason %q", j.Status, j.PendingReason)
 		}
+	})
+}
+
+// A run's cancel reaches the agent running its job as job.cancel, and the
+// agent's cancelled status ends the job; a cancel that comes before its
+// job's dispatch was written follows the dispatch.
+func TestCancel(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		h := start(t, b, options{cfg: fastConfig()})
+		_, secret := h.token(store.AgentTokenSpec{})
+		c, _ := h.connect(secret, reg{id: "a"})
+		runID, jobs := h.run(job("j", "linux"))
+		d := expect[*proto.Dispatch](c)
+		c.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: 1})
+		c.send(&proto.JobStatus{JobID: d.JobID, LeaseEpoch: 1, Status: kiln.JobRunning, Time: time.Now()})
+		c.waitAck(c.seq)
+		res, err := h.db.Runs().Cancel(bg, runID, "cancelled by alice", false)
+		if err != nil || len(res.Cancelling) != 1 {
+			t.Fatalf("cancel %+v %v", res, err)
+		}
+		for _, ct := range res.Cancelling {
+			h.f.Cancel(ct, false, "cancelled by alice")
+		}
+		m := expect[*proto.Cancel](c)
+		if m.JobID != d.JobID || m.LeaseEpoch != 1 || m.Force || m.Reason != "cancelled by alice" {
+			t.Fatalf("cancel frame %+v", m)
+		}
+		c.send(&proto.JobStatus{JobID: d.JobID, LeaseEpoch: 1, Status: kiln.JobCancelled, Time: time.Now()})
+		h.waitStatus(jobs["j"], kiln.JobCancelled)
+
+		// An agent that reports itself draining takes nothing; a cancel
+		// recorded for the job before its dispatch follows the dispatch.
+		c2, _ := h.connect(secret, reg{id: "b"})
+		c.ws.CloseNow()
+		c2.send(&proto.AgentStatus{Draining: true})
+		eventually(t, "the agent drains", func() bool {
+			as := h.f.reg.get("b")
+			as.mu.Lock()
+			defer as.mu.Unlock()
+			return as.draining
+		})
+		_, jobs = h.run(job("k", "linux"))
+		h.f.Cancel(store.CancelTarget{JobID: jobs["k"], AgentID: "b", Epoch: 1}, true, "stop it")
+		c2.send(&proto.AgentStatus{Draining: false})
+		d2 := expect[*proto.Dispatch](c2)
+		m2 := expect[*proto.Cancel](c2)
+		if d2.JobID != jobs["k"] || m2.JobID != jobs["k"] || !m2.Force {
+			t.Fatalf("dispatch %+v, then cancel %+v", d2, m2)
+		}
+	})
+}
+
+// Decorate adds what is never stored (secrets) right before the dispatch
+// is sent; when it fails, the job is requeued with the attempt counted.
+func TestDecorate(t *testing.T) {
+	cfg := fastConfig()
+	var fail atomic.Bool
+	cfg.Decorate = func(_ context.Context, c store.Claimed, spec *proto.JobSpec) error {
+		if fail.Load() {
+			return errors.New("the secret store is down")
+		}
+		spec.Secrets = map[string]string{"TOKEN": "s3cret"}
+		return nil
+	}
+	h := start(t, storetest.Backends[0], options{cfg: cfg})
+	_, secret := h.token(store.AgentTokenSpec{})
+	c, _ := h.connect(secret, reg{id: "a"})
+	_, jobs := h.run(job("j", "linux"))
+	d := expect[*proto.Dispatch](c)
+	if d.Spec.Secrets["TOKEN"] != "s3cret" {
+		t.Fatalf("spec %+v", d.Spec)
+	}
+	if j := h.job(jobs["j"]); strings.Contains(string(j.Spec), "s3cret") {
+		t.Fatal("a secret was stored")
+	}
+	c.runJob(d, kiln.JobSuccess)
+	fail.Store(true)
+	_, jobs = h.run(job("k", "linux"))
+	eventually(t, "the job fails after its attempts", func() bool {
+		j := h.job(jobs["k"])
+		return j.Status == kiln.JobFailed && strings.Contains(j.Error, "secret store is down") && j.Attempts == store.DefaultMaxAttempts
 	})
 }

@@ -35,10 +35,12 @@ type Fleet struct {
 	reg   *registry
 	cm    *committer
 	disp  *dispatcher
-	hb    heartbeats
+	hb    leases // buffered job heartbeats
+	acks  leases // deferred job acknowledgements
 	stats counters
 
 	state     atomic.Int32 // 0 new, 1 running, 2 stopped
+	acceptMu  sync.Mutex
 	accepting atomic.Bool
 	handlers  sync.WaitGroup // connection goroutines
 	closers   sync.WaitGroup // close handshakes in flight
@@ -109,7 +111,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 	f.disp.redrive() // the queue may hold jobs from before the start
 
 	<-ctx.Done()
+	f.acceptMu.Lock()
 	f.accepting.Store(false)
+	f.acceptMu.Unlock()
 	f.state.Store(2)
 	stopLoops()
 	loops.Wait()
@@ -170,7 +174,9 @@ func (f *Fleet) Cancel(t store.CancelTarget, force bool, reason string) {
 		return
 	}
 	a.mu.Unlock()
-	_ = a.c.send(m)
+	// Not on the caller's goroutine: the engine calls Cancel while it
+	// applies effects, and a stuck agent must not hold that up.
+	go func() { _ = a.c.send(m) }()
 }
 
 // Drain asks an agent to finish its jobs and take no new ones.

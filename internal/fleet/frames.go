@@ -112,11 +112,23 @@ func (c *conn) foreign(a *agent, what, jobID string, epoch int64) bool {
 	return true
 }
 
+// jobAck records that the agent accepted a dispatch. The write is deferred
+// to the next sweep (which writes it before running the ack sweep): the
+// agent's job.status running, which clears the deadline as well, normally
+// follows at once and makes it moot. An acknowledgement close to its
+// deadline is written now.
 func (c *conn) jobAck(a *agent, m *proto.JobAck) error {
+	f := c.f
 	if c.foreign(a, "job.ack", m.JobID, m.LeaseEpoch) {
 		return nil
 	}
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
+	if j, ok := a.holds(m.JobID, m.LeaseEpoch); ok && !j.ackDeadline.IsZero() &&
+		f.now().Before(j.ackDeadline.Add(-2*f.cfg.SweepInterval)) {
+		a.acked(m.JobID, m.LeaseEpoch, f)
+		f.acks.add(l, a)
+		return nil
+	}
 	err := c.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
 		return store.Effects{}, tx.Jobs().Ack(ctx, l)
 	})
@@ -176,20 +188,14 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 		})
 		if err == nil {
 			a.acked(m.JobID, m.LeaseEpoch, f)
+			f.acks.remove(l)
 		}
 		return c.answer(err, "job.status running", m.JobID)
 	}
 	// The job ended: its open step logs are closed and indexed in the
 	// transaction that completes it.
 	chunks := a.endJob(m.JobID, m.LeaseEpoch, f.logs)
-	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-		if len(chunks) > 0 {
-			if err := tx.Logs().Append(ctx, chunks...); err != nil {
-				return store.Effects{}, err
-			}
-		}
-		return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs})
-	})
+	err := f.cm.completeJob(store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs}, chunks)
 	if err == nil || refusal(err) {
 		if a.finish(m.JobID, m.LeaseEpoch) {
 			f.disp.agentFree(a)

@@ -42,14 +42,13 @@ var bg = context.Background()
 // engine, wakes the fleet for queued jobs and forwards cancels.
 type testEngine struct {
 	f       atomic.Pointer[Fleet]
-	mu      sync.Mutex
-	applied []store.Effects
+	onApply func(store.Effects)
 }
 
 func (e *testEngine) Apply(eff store.Effects) {
-	e.mu.Lock()
-	e.applied = append(e.applied, eff)
-	e.mu.Unlock()
+	if e.onApply != nil {
+		e.onApply(eff)
+	}
 	f := e.f.Load()
 	if f == nil {
 		return
@@ -83,6 +82,7 @@ type options struct {
 	dbURL     string // reuse a database (restart tests)
 	logDir    string
 	addr      string // listen on this address (a restarted orchestrator)
+	onApply   func(store.Effects)
 }
 
 // fastConfig is a Config with short intervals for tests.
@@ -108,7 +108,7 @@ func backends(t *testing.T, fn func(t *testing.T, backend storetest.Backend)) {
 
 func start(t testing.TB, b storetest.Backend, o options) *harness {
 	t.Helper()
-	h := &harness{t: t, backend: b.Name, eng: &testEngine{}}
+	h := &harness{t: t, backend: b.Name, eng: &testEngine{onApply: o.onApply}}
 	scfg := store.Config{URL: o.dbURL}
 	if scfg.URL == "" {
 		scfg.URL = b.URL(t)

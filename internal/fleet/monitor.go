@@ -27,6 +27,7 @@ func (f *Fleet) monitor(ctx context.Context) {
 		now := f.now()
 		f.checkAgents(now)
 		f.flushHeartbeats(ctx)
+		f.flushAcks()
 		f.sweep(ctx)
 		f.retryLosses()
 		if now.Sub(lastRedrive) >= f.cfg.RedriveInterval {
@@ -155,14 +156,15 @@ func (f *Fleet) abandon(agentID, jobID string, epoch int64, reason string) {
 	_ = a.c.send(&proto.Cancel{JobID: jobID, LeaseEpoch: epoch, Force: true, Reason: reason})
 }
 
-// heartbeats buffers job heartbeats between sweeps, so that a fleet of
-// running jobs costs one write per sweep, not one per heartbeat.
-type heartbeats struct {
+// leases buffers per-lease writes between sweeps — job heartbeats, and
+// acknowledgements that job.status running did not make moot — so that a
+// fleet of jobs costs one write per sweep, not one per frame.
+type leases struct {
 	mu sync.Mutex
 	m  map[store.Lease]*agent
 }
 
-func (h *heartbeats) add(l store.Lease, a *agent) {
+func (h *leases) add(l store.Lease, a *agent) {
 	h.mu.Lock()
 	if h.m == nil {
 		h.m = map[store.Lease]*agent{}
@@ -171,7 +173,13 @@ func (h *heartbeats) add(l store.Lease, a *agent) {
 	h.mu.Unlock()
 }
 
-func (h *heartbeats) take() map[store.Lease]*agent {
+func (h *leases) remove(l store.Lease) {
+	h.mu.Lock()
+	delete(h.m, l)
+	h.mu.Unlock()
+}
+
+func (h *leases) take() map[store.Lease]*agent {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := h.m
@@ -179,8 +187,8 @@ func (h *heartbeats) take() map[store.Lease]*agent {
 	return m
 }
 
-// forget drops an agent's buffered heartbeats and says how many.
-func (h *heartbeats) forget(a *agent) int {
+// forget drops an agent's buffered writes and says how many.
+func (h *leases) forget(a *agent) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
@@ -191,6 +199,29 @@ func (h *heartbeats) forget(a *agent) int {
 		}
 	}
 	return n
+}
+
+// flushAcks writes the acknowledgements deferred since the last sweep, so
+// the ack sweep that follows sees them.
+func (f *Fleet) flushAcks() {
+	m := f.acks.take()
+	if len(m) == 0 {
+		return
+	}
+	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		for l := range m {
+			if err := tx.Jobs().Ack(ctx, l); err != nil && !refusal(err) {
+				return store.Effects{}, err
+			}
+		}
+		return store.Effects{}, nil
+	})
+	if err != nil {
+		f.log.Error("fleet: writing job acknowledgements failed", "err", err)
+		for l, a := range m { // the next sweep tries again
+			f.acks.add(l, a)
+		}
+	}
 }
 
 func (f *Fleet) flushHeartbeats(ctx context.Context) {

@@ -157,6 +157,15 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 			return store.Effects{}, err
 		}
 		rec = r
+		// A kept job's logs go under its run: take the run from the
+		// store, not from what the agent said.
+		for _, l := range r.Kept {
+			j, err := tx.Jobs().Get(ctx, l.JobID)
+			if err != nil {
+				return store.Effects{}, err
+			}
+			runs[l.JobID] = j.RunID
+		}
 		eff := lost.Effects
 		mergeEffects(&eff, r.Effects)
 		return eff, nil

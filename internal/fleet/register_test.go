@@ -1,11 +1,14 @@
 package fleet
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
@@ -230,4 +233,31 @@ func TestAgentIDReuseAccepted(t *testing.T) {
 		}
 		h.connect(tokenD, reg{id: "silent"})
 	})
+}
+
+// The endpoint refuses agents until Run has started.
+func TestNotReadyBeforeRun(t *testing.T) {
+	db := storetest.New(t)
+	logs, err := logstore.Open(logstore.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(db, logs, &testEngine{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(f.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + proto.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if _, err := New(db, logs, &testEngine{}, Config{UnhealthyAfter: time.Second, HeartbeatInterval: 2 * time.Second}); err == nil ||
+		!strings.Contains(err.Error(), "UnhealthyAfter") {
+		t.Fatalf("a bad config was accepted: %v", err)
+	}
 }

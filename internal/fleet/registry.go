@@ -50,9 +50,12 @@ type heldJob struct {
 	runID   string
 	epoch   int64
 	attempt int
-	sent    bool // the job.dispatch frame was written
-	acked   bool // job.ack or job.status running arrived
-	sentAt  time.Time
+	// ackDeadline is when the store's ack sweep requeues the job unless
+	// its acknowledgement is written.
+	ackDeadline time.Time
+	sent        bool // the job.dispatch frame was written
+	acked       bool // job.ack or job.status running arrived
+	sentAt      time.Time
 	// steps are the step logs written during this connection: their
 	// files to close and chunks to index when the step ends.
 	steps map[int]*stepLog

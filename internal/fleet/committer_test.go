@@ -1,0 +1,90 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
+)
+
+// The committer runs the operations waiting together in one transaction:
+// consecutive completions as one CompleteBatch, a refusal as that
+// operation's answer, and an operation that fails the transaction retried
+// alone so that only it fails. The engine gets the effects once, after the
+// commit.
+func TestCommitterBatch(t *testing.T) {
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
+		nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
+		for _, n := range []string{"a", "b", "c"} {
+			nr.Jobs = append(nr.Jobs, store.NewJob{Name: n, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Spec: specJSON(n)})
+		}
+		if _, err := db.Runs().Create(bg, nr); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := db.Queue().Claim(bg, "agent", kiln.AgentLabels{Labels: kiln.NewLabels("linux")}, 3)
+		if err != nil || len(cs) != 3 {
+			t.Fatalf("claim %v %v", cs, err)
+		}
+		var mu sync.Mutex
+		var applied []store.Effects
+		eng := engineFunc(func(eff store.Effects) {
+			mu.Lock()
+			applied = append(applied, eff)
+			mu.Unlock()
+		})
+		var counters counters
+		cm := newCommitter(db, eng, 16, func(string, ...any) {}, &counters)
+		complete := func(c store.Claimed, epoch int64) *op {
+			return &op{complete: &store.Completion{Lease: store.Lease{JobID: c.JobID, Epoch: epoch}, Status: kiln.JobSuccess}, done: make(chan error, 1)}
+		}
+		boom := errors.New("boom")
+		ops := []*op{
+			complete(cs[0], cs[0].Epoch),
+			complete(cs[1], cs[1].Epoch+1), // a stale lease
+			{run: func(context.Context, *store.Tx) (store.Effects, error) { return store.Effects{}, boom }, done: make(chan error, 1)},
+			complete(cs[2], cs[2].Epoch),
+		}
+		for _, o := range ops {
+			if err := cm.submit(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(bg)
+		defer cancel()
+		go cm.run(ctx)
+		defer cm.shutdown()
+		results := make([]error, len(ops))
+		for i, o := range ops {
+			results[i] = <-o.done
+		}
+		if results[0] != nil || !errors.Is(results[1], store.ErrStaleLease) || !errors.Is(results[2], boom) || results[3] != nil {
+			t.Fatalf("results %v", results)
+		}
+		for i, want := range []kiln.JobStatus{kiln.JobSuccess, kiln.JobDispatched, kiln.JobSuccess} {
+			if j, _ := db.Jobs().Get(bg, cs[i].JobID); j.Status != want {
+				t.Errorf("job %d is %s, want %s", i, j.Status, want)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		finished := 0
+		for _, e := range applied {
+			finished += len(e.Finished)
+		}
+		if finished != 2 {
+			t.Fatalf("the engine saw %d finished jobs: %+v", finished, applied)
+		}
+		if err := cm.do(func(context.Context, *store.Tx) (store.Effects, error) { return store.Effects{}, nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+type engineFunc func(store.Effects)
+
+func (f engineFunc) Apply(e store.Effects) { f(e) }
