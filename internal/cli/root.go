@@ -101,6 +101,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newQueueCmd(e))
 	root.AddCommand(newEventsCmd(e))
 	root.AddCommand(newTriggerCmd(e))
+	root.AddCommand(newBenchCmd(e))
 	return root
 }
 

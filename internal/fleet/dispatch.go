@@ -267,12 +267,31 @@ func (d *dispatcher) allot(live map[string]bool, budget int) []pick {
 	return picks
 }
 
-// claim claims for the picks in one transaction and sends what they got.
-// It returns how many jobs were claimed.
+// maxClaimAgents bounds the agents one claim transaction serves: a wave
+// of a thousand idle agents is claimed in transactions of this many, so
+// each commits in milliseconds, the first agents get their jobs without
+// waiting for the last, and the committer interleaves the successes that
+// free agents again.
+const maxClaimAgents = 32
+
+// claim claims for the picks, maxClaimAgents per transaction, and sends
+// what they got. It returns how many jobs were claimed.
 func (d *dispatcher) claim(ctx context.Context, picks []pick) int {
+	n := 0
+	for len(picks) > maxClaimAgents {
+		n += d.claimBatch(ctx, picks[:maxClaimAgents])
+		picks = picks[maxClaimAgents:]
+	}
+	return n + d.claimBatch(ctx, picks)
+}
+
+// claimBatch claims for the picks in one transaction and sends what they
+// got.
+func (d *dispatcher) claimBatch(ctx context.Context, picks []pick) int {
 	if len(picks) == 0 {
 		return 0
 	}
+	started := d.f.now()
 	err := d.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
 		var eff store.Effects
 		for i := range picks {
@@ -297,6 +316,10 @@ func (d *dispatcher) claim(ctx context.Context, picks []pick) int {
 	if err != nil {
 		d.f.log.Error("fleet: claiming jobs failed; the redrive will retry", "err", err)
 		return 0
+	}
+	took := d.f.now().Sub(started)
+	for range picks {
+		d.f.stats.claimLatency.observe(took)
 	}
 	// The leases are recorded now, so the next round sees the slots taken;
 	// each agent's dispatches are then written by a goroutine of their

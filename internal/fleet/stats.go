@@ -19,6 +19,9 @@ type Stats struct {
 	Dispatched      uint64
 	DispatchLatency Latency
 	AckLatency      Latency
+	// ClaimLatency is, per agent offered jobs, the time its claim took to
+	// commit: waiting for the group committer included.
+	ClaimLatency    Latency
 	LogLines        uint64 // log lines stored (replayed duplicates not counted)
 	StaleRefused    uint64 // agent reports refused for a stale lease
 	RateLimitCloses uint64
@@ -82,7 +85,7 @@ var frameTypes = []string{proto.TypeAuth, proto.TypeRegister, proto.TypeHeartbea
 type counters struct {
 	connects, dispatched, logLines, staleRefused, rateLimited atomic.Uint64
 	batches, batchedOps                                       atomic.Uint64
-	dispatchLatency, ackLatency                               latency
+	dispatchLatency, ackLatency, claimLatency                 latency
 	frames                                                    [10]atomic.Uint64
 
 	mu          sync.Mutex
@@ -112,7 +115,8 @@ func (f *Fleet) Stats() Stats {
 	c := &f.stats
 	s := Stats{Connects: c.connects.Load(), Dispatched: c.dispatched.Load(),
 		DispatchLatency: c.dispatchLatency.snapshot(), AckLatency: c.ackLatency.snapshot(),
-		LogLines: c.logLines.Load(), StaleRefused: c.staleRefused.Load(), RateLimitCloses: c.rateLimited.Load(),
+		ClaimLatency: c.claimLatency.snapshot(),
+		LogLines:     c.logLines.Load(), StaleRefused: c.staleRefused.Load(), RateLimitCloses: c.rateLimited.Load(),
 		Batches: c.batches.Load(), BatchedOps: c.batchedOps.Load(),
 		Frames: map[string]uint64{}, Disconnects: map[string]uint64{}}
 	s.Connections, s.Agents = f.reg.counts()

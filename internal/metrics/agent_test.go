@@ -71,6 +71,9 @@ func TestAgentRunThroughTheServer(t *testing.T) {
 		f.want(t, 1, "kiln_dispatches_total")
 		f.want(t, 1, "kiln_dispatch_latency_seconds")
 		f.want(t, 1, "kiln_dispatch_ack_latency_seconds")
+		if n, _ := f.value("kiln_dispatch_claim_seconds"); n < 1 {
+			t.Fatalf("kiln_dispatch_claim_seconds counted %v claims, want at least the job's", n)
+		}
 		f.want(t, 1, "kiln_agent_connections")
 		f.want(t, 1, "kiln_agent_frames_total", "type", "job.ack")
 		if n, _ := f.value("kiln_log_lines_stored_total", "source", "local"); n < 4 {

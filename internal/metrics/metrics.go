@@ -131,6 +131,7 @@ var (
 	descAgentConnects    = prometheus.NewDesc("kiln_agent_connects_total", "Agent WebSocket connections accepted.", nil, nil)
 	descDispatches       = prometheus.NewDesc("kiln_dispatches_total", "job.dispatch frames sent to agents.", nil, nil)
 	descDispatchLatency  = prometheus.NewDesc("kiln_dispatch_latency_seconds", "Time from a job entering the dispatch queue to its job.dispatch frame being written to an agent.", nil, nil)
+	descClaimLatency     = prometheus.NewDesc("kiln_dispatch_claim_seconds", "Time an agent's claim of queued jobs took to commit, waiting for the group commit included.", nil, nil)
 	descAckLatency       = prometheus.NewDesc("kiln_dispatch_ack_latency_seconds", "Time from a job.dispatch frame being written to the agent's job.ack.", nil, nil)
 	descLogChunks        = prometheus.NewDesc("kiln_log_chunks_received_total", "Log frames received from agents (source=local: agents connected to this server).", []string{"source"}, nil)
 	descLogLines         = prometheus.NewDesc("kiln_log_lines_stored_total", "Log lines stored; lines an agent replays after a reconnect are not counted twice.", []string{"source"}, nil)

@@ -15,7 +15,7 @@ type scrapeCollector struct{ m *Metrics }
 func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descAgentsActive, descAgentConnections, descAgentConnects, descDispatches, descDispatchLatency,
-		descAckLatency, descLogChunks, descLogLines, descStaleRefused, descRateLimitCloses, descFrames,
+		descAckLatency, descClaimLatency, descLogChunks, descLogLines, descStaleRefused, descRateLimitCloses, descFrames,
 		descDisconnects, descStoreBatches, descStoreBatchedOps, descStatusUpdates, descStatusQueued,
 	} {
 		ch <- d
@@ -51,6 +51,7 @@ func collectFleet(ch chan<- prometheus.Metric, s fleet.Stats) {
 	ch <- constMetric(descDispatches, prometheus.CounterValue, float64(s.Dispatched))
 	ch <- constHistogram(descDispatchLatency, s.DispatchLatency)
 	ch <- constHistogram(descAckLatency, s.AckLatency)
+	ch <- constHistogram(descClaimLatency, s.ClaimLatency)
 	ch <- constMetric(descLogChunks, prometheus.CounterValue, float64(s.Frames[proto.TypeLog]), logSource)
 	ch <- constMetric(descLogLines, prometheus.CounterValue, float64(s.LogLines), logSource)
 	ch <- constMetric(descStaleRefused, prometheus.CounterValue, float64(s.StaleRefused))

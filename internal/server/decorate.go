@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
@@ -17,8 +19,9 @@ type decorator struct {
 	db      *store.DB
 	sources *ingress.Sources
 
-	mu   sync.Mutex
-	runs map[string]runSource // run id → where its code lives
+	mu     sync.Mutex
+	runs   map[string]runSource // run id → where its code lives
+	lookup singleflight.Group   // one query per run, however many agents wait on it
 }
 
 type runSource struct{ source, repo string }
@@ -61,16 +64,21 @@ func (d *decorator) runSource(ctx context.Context, runID string) (runSource, err
 	if ok {
 		return rs, nil
 	}
-	run, err := d.db.Runs().Get(ctx, runID)
-	if err != nil {
-		return runSource{}, err
-	}
-	rs = runSource{source: run.Source, repo: run.Repository}
-	d.mu.Lock()
-	if len(d.runs) >= maxRunCache {
-		clear(d.runs)
-	}
-	d.runs[runID] = rs
-	d.mu.Unlock()
-	return rs, nil
+	// A run's jobs are claimed by many agents at once: the first miss
+	// reads the run's row, the others wait for it.
+	v, err, _ := d.lookup.Do(runID, func() (any, error) {
+		run, err := d.db.Runs().Header(ctx, runID)
+		if err != nil {
+			return runSource{}, err
+		}
+		rs := runSource{source: run.Source, repo: run.Repository}
+		d.mu.Lock()
+		if len(d.runs) >= maxRunCache {
+			clear(d.runs)
+		}
+		d.runs[runID] = rs
+		d.mu.Unlock()
+		return rs, nil
+	})
+	return v.(runSource), err
 }

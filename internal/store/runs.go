@@ -109,6 +109,19 @@ func (r Runs) Get(ctx context.Context, id string) (Run, error) {
 	return r.get(ctx, "id = ?", id)
 }
 
+// Header returns a run by id without its jobs: one row, for callers that
+// need the run's own fields on a hot path (the dispatcher's decorator).
+func (r Runs) Header(ctx context.Context, id string) (Run, error) {
+	runs, err := r.list(ctx, "id = ?", id)
+	if err != nil {
+		return Run{}, err
+	}
+	if len(runs) == 0 {
+		return Run{}, notFound("run %v does not exist", id)
+	}
+	return runs[0], nil
+}
+
 // GetByNumber returns a run by its number with its jobs and their steps.
 func (r Runs) GetByNumber(ctx context.Context, number int64) (Run, error) {
 	return r.get(ctx, "number = ?", number)

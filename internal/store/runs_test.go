@@ -248,3 +248,25 @@ func TestRunReads(t *testing.T) {
 		}
 	})
 }
+
+// TestRunHeaderIsTheRunWithoutJobs: Header answers the run's own fields
+// (what the dispatcher needs per claimed job) without loading its jobs.
+func TestRunHeaderIsTheRunWithoutJobs(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b")))
+		full := mustRun(t, db, cr.ID)
+		h, err := db.Runs().Header(ctx, cr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Jobs) != 0 || len(full.Jobs) != 2 {
+			t.Fatalf("header has %d jobs, the full run %d; want 0 and 2", len(h.Jobs), len(full.Jobs))
+		}
+		if h.ID != full.ID || h.Source != full.Source || h.Repository != full.Repository || h.Status != full.Status {
+			t.Fatalf("header %+v differs from the run %+v", h, full)
+		}
+		if _, err := db.Runs().Header(ctx, "no-such-run"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown run: %v, want not found", err)
+		}
+	})
+}

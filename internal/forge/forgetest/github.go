@@ -41,9 +41,16 @@ type GitHub struct {
 
 // NewGitHub starts a fake GitHub API for the test.
 func NewGitHub(t testing.TB) *GitHub {
+	g := New()
+	t.Cleanup(g.Close)
+	return g
+}
+
+// New starts a fake GitHub API on loopback outside a test (kiln bench);
+// the caller closes it.
+func New() *GitHub {
 	g := &GitHub{files: map[string]map[string]string{}, refs: map[string]string{}, changed: map[string][]string{}}
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
-	t.Cleanup(g.Close)
 	return g
 }
 

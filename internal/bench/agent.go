@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/proto"
+)
+
+// agent is a scripted agent: it speaks the real protocol over a real
+// WebSocket and runs each dispatched job with its job function. Frames are
+// encoded and written under one lock so their sequence numbers go out in
+// order.
+type agent struct {
+	ws  *websocket.Conn
+	id  string
+	job func(a *agent, d *proto.Dispatch, at time.Time)
+
+	mu      sync.Mutex
+	seq     uint64
+	waiters []ackWaiter
+
+	acked  atomic.Uint64
+	closed chan struct{}
+	err    error // why the read loop ended, once closed is
+}
+
+// ackWaiter is called once the server acknowledged frame seq.
+type ackWaiter struct {
+	seq  uint64
+	done func()
+}
+
+// dialAgent connects, authenticates and registers an agent with labels
+// (plus the os and arch every agent offers). job runs in its own goroutine
+// per dispatch; nil keeps the agent idle.
+func dialAgent(ctx context.Context, url, token, id string, labels []string, maxJobs int,
+	job func(*agent, *proto.Dispatch, time.Time)) (*agent, error) {
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: connect: %w", id, err)
+	}
+	ws.SetReadLimit(64 << 20)
+	a := &agent{ws: ws, id: id, job: job, closed: make(chan struct{})}
+	for _, m := range []proto.Message{
+		&proto.Auth{Token: token, ProtocolVersion: proto.Version, AgentVersion: "bench"},
+		&proto.Register{AgentID: id, Labels: labels, MaxJobs: maxJobs, OS: "linux", Arch: "amd64", Hostname: "bench"},
+	} {
+		if err := a.send(ctx, m); err != nil {
+			ws.CloseNow()
+			return nil, fmt.Errorf("agent %s: %w", id, err)
+		}
+		_, f, err := ws.Read(ctx)
+		if err != nil {
+			ws.CloseNow()
+			return nil, fmt.Errorf("agent %s: handshake: %w", id, err)
+		}
+		if _, reply, err := proto.Decode(f); err != nil {
+			ws.CloseNow()
+			return nil, fmt.Errorf("agent %s: handshake reply: %w", id, err)
+		} else if e, ok := reply.(*proto.Error); ok {
+			ws.CloseNow()
+			return nil, fmt.Errorf("agent %s: the server refused it: %s: %s", id, e.Code, e.Message)
+		}
+	}
+	if job != nil {
+		go a.read()
+	}
+	return a, nil
+}
+
+// send encodes m, numbering it when it is durable, and writes it.
+func (a *agent) send(ctx context.Context, m proto.Message) error {
+	_, err := a.sendSeq(ctx, m)
+	return err
+}
+
+func (a *agent) sendSeq(ctx context.Context, m proto.Message) (uint64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var seq uint64
+	if proto.Durable(m.Type()) {
+		a.seq++
+		seq = a.seq
+	}
+	f, err := proto.Encode(seq, m)
+	if err != nil {
+		return 0, err
+	}
+	return seq, a.ws.Write(ctx, websocket.MessageText, f)
+}
+
+// sendThen sends m and calls done once the server has stored it.
+func (a *agent) sendThen(ctx context.Context, m proto.Message, done func()) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seq++
+	f, err := proto.Encode(a.seq, m)
+	if err != nil {
+		return err
+	}
+	a.waiters = append(a.waiters, ackWaiter{seq: a.seq, done: done})
+	return a.ws.Write(ctx, websocket.MessageText, f)
+}
+
+// read handles the server's frames until the connection ends.
+func (a *agent) read() {
+	defer close(a.closed)
+	for {
+		_, f, err := a.ws.Read(context.Background())
+		if err != nil {
+			a.err = err
+			return
+		}
+		at := time.Now()
+		_, m, err := proto.Decode(f)
+		if err != nil {
+			a.err = err
+			a.ws.CloseNow()
+			return
+		}
+		switch m := m.(type) {
+		case *proto.Dispatch:
+			go a.job(a, m, at)
+		case *proto.Ack:
+			a.onAck(m.Seq)
+		case *proto.Error:
+			a.err = fmt.Errorf("the server sent %s: %s", m.Code, m.Message)
+		}
+	}
+}
+
+func (a *agent) onAck(seq uint64) {
+	a.acked.Store(seq)
+	a.mu.Lock()
+	n := 0
+	for n < len(a.waiters) && a.waiters[n].seq <= seq {
+		n++
+	}
+	done := a.waiters[:n:n]
+	a.waiters = a.waiters[n:]
+	a.mu.Unlock()
+	for _, w := range done {
+		w.done()
+	}
+}
+
+// waitAcked waits until the server stored every frame up to seq.
+func (a *agent) waitAcked(ctx context.Context, seq uint64) error {
+	for a.acked.Load() < seq {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.closed:
+			return fmt.Errorf("agent %s disconnected: %v", a.id, a.err)
+		case <-time.After(200 * time.Microsecond):
+		}
+	}
+	return nil
+}
+
+func (a *agent) close() { a.ws.CloseNow() }
+
+// runNoop runs a job as nothing at all: ack, running, success. freeing,
+// when set, is called just before the success goes out (the agent is free
+// from then on); finished is called once the server stored the success.
+func runNoop(a *agent, d *proto.Dispatch, freeing, finished func()) {
+	ctx := context.Background()
+	now := time.Now()
+	if a.send(ctx, &proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch}) != nil ||
+		a.send(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: now}) != nil {
+		return
+	}
+	if freeing != nil {
+		freeing()
+	}
+	_ = a.sendThen(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobSuccess, Time: now}, finished)
+}
+
+// dialAgents connects n agents named prefix-00000… with a bounded number
+// of handshakes in flight, and reports progress every second.
+func (b *bench) dialAgents(ctx context.Context, s *serverProc, token, prefix string, n int, labels []string,
+	job func(*agent, *proto.Dispatch, time.Time)) ([]*agent, error) {
+	agents := make([]*agent, n)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	var done atomic.Int64
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	go func() {
+		for range tick.C {
+			if d := done.Load(); d < int64(n) {
+				b.progress("   %d/%d agents connected", d, n)
+			}
+		}
+	}()
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			a, err := dialAgent(ctx, s.wsURL(), token, fmt.Sprintf("%s-%05d", prefix, i), labels, 1, job)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			agents[i] = a
+			done.Add(1)
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		closeAgents(agents)
+		return nil, fmt.Errorf("%d of %d agents failed to connect; the first: %w", len(errs), n, errors.Join(errs[0]))
+	}
+	return agents, nil
+}
+
+func closeAgents(agents []*agent) {
+	for _, a := range agents {
+		if a != nil {
+			a.close()
+		}
+	}
+}

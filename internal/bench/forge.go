@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/forge/forgetest"
+)
+
+// The repository the bench's workflows live in, on a fake GitHub.
+const (
+	benchRepo     = "kiln-bench/app"
+	benchSource   = "bench"
+	benchSecret   = "kiln-bench-webhook-secret"
+	benchAPIToken = "ghp_kilnbench"
+	benchMainSHA  = "0000000000000000000000000000000000000001"
+)
+
+// The bench's workflows: a push runs one no-op job; dispatches run 256 of
+// them (a 16 × 16 matrix), on agents labelled bench or, for the backlog,
+// on a label no agent has.
+var benchWorkflows = map[string]string{
+	".kiln/workflows/push.yml": `name: push
+on: push
+jobs:
+  noop:
+    runs_on: [bench]
+    steps:
+      - run: "true"
+`,
+	".kiln/workflows/noop.yml":    matrixWorkflow("noop", "bench"),
+	".kiln/workflows/backlog.yml": matrixWorkflow("backlog", "gpu-nobody-has"),
+}
+
+func matrixWorkflow(name, label string) string {
+	return fmt.Sprintf(`name: %s
+on: dispatch
+jobs:
+  noop:
+    runs_on: [%s]
+    matrix:
+      a: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+      b: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    steps:
+      - run: "true"
+`, name, label)
+}
+
+// fakeGitHub serves the bench's repository, and the server gets a GitHub
+// source pointing at it and an agent token.
+type fakeGitHub struct {
+	*forgetest.GitHub
+}
+
+func newFakeGitHub() *fakeGitHub {
+	g := &fakeGitHub{GitHub: forgetest.New()}
+	g.Token = benchAPIToken
+	g.SetFiles(benchRepo, benchMainSHA, "main", benchWorkflows)
+	return g
+}
+
+// commit adds a commit holding the bench's workflows and returns its sha.
+func (g *fakeGitHub) commit(n int) string {
+	sha := fmt.Sprintf("%040x", n+2)
+	g.SetFiles(benchRepo, sha, "", benchWorkflows)
+	return sha
+}
+
+// setUp adds the GitHub source to s and creates an agent token.
+func (g *fakeGitHub) setUp(ctx context.Context, s *serverProc) (token string, err error) {
+	_, err = s.client.AddSource(ctx, forge.Source{Name: benchSource, Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+		APIBase: g.URL, WebBase: g.URL, Token: benchAPIToken, WebhookSecret: benchSecret,
+	}})
+	if err != nil {
+		return "", fmt.Errorf("add the bench source: %w", err)
+	}
+	tk, err := s.client.CreateToken(ctx, api.CreateTokenRequest{Name: "bench"})
+	if err != nil {
+		return "", fmt.Errorf("create an agent token: %w", err)
+	}
+	return tk.Secret, nil
+}
+
+// pushPayload is a GitHub push delivery of sha to main.
+func pushPayload(sha string) []byte {
+	p := map[string]any{
+		"ref": "refs/heads/main", "before": benchMainSHA, "after": sha, "created": false, "deleted": false,
+		"repository": map[string]any{"full_name": benchRepo, "clone_url": "https://github.invalid/" + benchRepo + ".git",
+			"default_branch": "main"},
+		"head_commit": map[string]any{"id": sha, "message": "bench", "added": []string{}, "removed": []string{},
+			"modified": []string{"main.go"}},
+		"commits": []any{map[string]any{"id": sha, "message": "bench", "modified": []string{"main.go"}}},
+		"pusher":  map[string]any{"name": "bench"}, "sender": map[string]any{"login": "bench"},
+	}
+	b, _ := json.Marshal(p)
+	return b
+}
+
+// deliver posts a signed push delivery the way GitHub does and returns
+// when the server answered 202.
+func deliver(ctx context.Context, hc *http.Client, s *serverProc, delivery string, body []byte) error {
+	mac := hmac.New(sha256.New, []byte(benchSecret))
+	mac.Write(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/webhook/github/"+benchSource, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "GitHub-Hookshot/kiln-bench")
+	req.Header.Set("X-GitHub-Event", "push")
+	req.Header.Set("X-GitHub-Delivery", delivery)
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("webhook answered %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
+}
+
+// dispatchRuns starts n runs of workflow through the API, eight requests
+// at a time, and waits until every one is created.
+func dispatchRuns(ctx context.Context, s *serverProc, workflow string, n int) error {
+	sem := make(chan struct{}, 8)
+	errs := make(chan error, n)
+	for range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			d, err := s.client.Dispatch(ctx, api.DispatchRequest{Source: benchSource, Repository: benchRepo, Ref: "main", Workflow: workflow}, true)
+			if err == nil && len(d.RunIDs) == 0 {
+				err = fmt.Errorf("dispatch of %s created no run: %s %s", workflow, d.Status, d.Message)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var webhookClient = &http.Client{Timeout: 30 * time.Second}

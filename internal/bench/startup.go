@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// startup starts the server cfg.Startups times with one local agent and
+// measures exec → /ready, and /ready → the local agent registered (the
+// server spawns it as a process of the same binary).
+func (b *bench) startup(ctx context.Context) error {
+	var ready, agent []time.Duration
+	for i := range b.cfg.Startups {
+		s, err := b.startServer(ctx, serverOptions{localAgents: 1})
+		if err != nil {
+			return err
+		}
+		at, err := waitAgents(ctx, s, 1)
+		s.stop()
+		if err != nil {
+			return err
+		}
+		ready = append(ready, s.ready)
+		agent = append(agent, at.Sub(s.started)-s.ready)
+		b.progress("   start %d: ready %.1f ms, local agent registered %.1f ms later", i+1, ms(s.ready), ms(agent[i]))
+	}
+	b.add(ScenarioStartup, "server exec → /ready, median", ms(percentile(ready, 0.5)), "ms", max_(200))
+	b.add(ScenarioStartup, "local agent spawned → registered, median", ms(percentile(agent, 0.5)), "ms", max_(100))
+	return nil
+}
+
+// waitAgents polls the agent list every 2 ms until n agents are connected
+// and returns when it saw them.
+func waitAgents(ctx context.Context, s *serverProc, n int) (time.Time, error) {
+	for {
+		agents, err := s.client.Agents(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		connected := 0
+		for _, a := range agents {
+			if a.Connected {
+				connected++
+			}
+		}
+		if connected >= n {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d agents registered: %w\n%s", connected, n, ctx.Err(), s.logTail())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
