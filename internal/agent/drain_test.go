@@ -72,6 +72,9 @@ func TestDrainWaitsForTheFinalStatusToBeAcknowledged(t *testing.T) {
 	c1, _ := h.connect(t, proto.RegisterAck{})
 	c1.Send(t, dispatch("job-1", 1, "output a=1"))
 	durable(t, c1, "job-1") // not acknowledged
+	// The next connection acknowledges on arrival: the agent replays right
+	// after registering, before the test could switch acking on.
+	orch.SetAutoAck(true)
 	close(h.drain)
 	c1.Drop()
 	// The agent comes back to deliver the final status before it exits.
@@ -79,7 +82,6 @@ func TestDrainWaitsForTheFinalStatusToBeAcknowledged(t *testing.T) {
 	if !reg.Draining || len(reg.InFlight) != 1 || reg.InFlight[0].JobID != "job-1" {
 		t.Fatalf("register %+v", reg)
 	}
-	c2.SetAutoAck(true)
 	durable(t, c2, "job-1")
 	if err := h.wait(t); err != nil {
 		t.Fatal(err)
