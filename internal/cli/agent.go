@@ -20,12 +20,14 @@ import (
 // KILN_AGENT_* environment variable, and a flag wins over its variable.
 type agentFlags struct {
 	server, token, id, labels, stateDir string
+	logFormat                           string
 	maxJobs                             int
 }
 
 var agentEnvNames = map[string]string{
 	"server": "KILN_AGENT_SERVER", "token": "KILN_AGENT_TOKEN", "id": "KILN_AGENT_ID",
 	"labels": "KILN_AGENT_LABELS", "max-jobs": "KILN_AGENT_MAX_JOBS", "state-dir": "KILN_AGENT_STATE_DIR",
+	"log-format": "KILN_AGENT_LOG_FORMAT",
 }
 
 func newAgentCmd(e *env) *cobra.Command {
@@ -43,7 +45,8 @@ cancels the running jobs at once and exits.
 
 Every flag can also be set with its environment variable; the flag wins:
   --server KILN_AGENT_SERVER     --token KILN_AGENT_TOKEN       --id KILN_AGENT_ID
-  --labels KILN_AGENT_LABELS     --max-jobs KILN_AGENT_MAX_JOBS --state-dir KILN_AGENT_STATE_DIR`,
+  --labels KILN_AGENT_LABELS     --max-jobs KILN_AGENT_MAX_JOBS --state-dir KILN_AGENT_STATE_DIR
+  --log-format KILN_AGENT_LOG_FORMAT`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := agentConfig(cmd, e, f)
@@ -60,6 +63,7 @@ Every flag can also be set with its environment variable; the flag wins:
 	fl.StringVar(&f.labels, "labels", "", "comma-separated labels; the OS and architecture are added")
 	fl.IntVar(&f.maxJobs, "max-jobs", agent.DefaultMaxJobs, "jobs to run at once")
 	fl.StringVar(&f.stateDir, "state-dir", "", "where the agent keeps its id (default $XDG_STATE_HOME/kiln-agent or ~/.local/state/kiln-agent)")
+	fl.StringVar(&f.logFormat, "log-format", "text", "the agent's log on stderr: text or json")
 	return cmd
 }
 
@@ -78,7 +82,14 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 		StateDir: pick("state-dir", f.stateDir),
 		MaxJobs:  f.maxJobs,
 		Version:  Version,
-		Logger:   slog.New(slog.NewTextHandler(e.stderr, nil)),
+	}
+	switch format := pick("log-format", f.logFormat); format {
+	case "", "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, nil))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, nil))
+	default:
+		return cfg, usageErrorf("log format %q is neither text nor json", format)
 	}
 	for _, l := range strings.Split(pick("labels", f.labels), ",") {
 		if l = strings.TrimSpace(l); l != "" {

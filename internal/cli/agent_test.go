@@ -33,6 +33,7 @@ func TestAgentUsageErrors(t *testing.T) {
 		{"bad label", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--labels", "ok, has space"}, "labels:"},
 		{"no home", nil, []string{"agent", "--server", "http://h:1", "--token", "t"}, "neither XDG_STATE_HOME nor HOME is set"},
 		{"argument", nil, []string{"agent", "extra"}, "unknown command"},
+		{"bad log format", map[string]string{"KILN_AGENT_LOG_FORMAT": "xml"}, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a"}, `log format "xml" is neither text nor json`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,7 +47,7 @@ func TestAgentUsageErrors(t *testing.T) {
 
 func TestAgentHelpNamesTheEnvironment(t *testing.T) {
 	code, out, _ := runCLI(t, nil, "agent", "--help")
-	for _, want := range []string{"--server", "KILN_AGENT_SERVER", "KILN_AGENT_STATE_DIR", "--max-jobs", "second signal"} {
+	for _, want := range []string{"--server", "KILN_AGENT_SERVER", "KILN_AGENT_STATE_DIR", "--max-jobs", "second signal", "KILN_AGENT_LOG_FORMAT"} {
 		if code != ExitOK || !strings.Contains(out, want) {
 			t.Errorf("help lacks %q (code %d)", want, code)
 		}

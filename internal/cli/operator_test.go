@@ -46,6 +46,16 @@ func (o *opHarness) ok(t *testing.T, args ...string) string {
 	return out
 }
 
+// ok2 runs a command that must succeed and returns its stdout and stderr.
+func (o *opHarness) ok2(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	code, out, errOut := o.kiln(t, args...)
+	if code != ExitOK {
+		t.Fatalf("kiln %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out, errOut
+}
+
 // fails runs a command that must exit with code and say want on stderr.
 func (o *opHarness) fails(t *testing.T, code int, want string, args ...string) {
 	t.Helper()
@@ -216,6 +226,10 @@ func TestTokensCreatePrintsOnlyTheSecret(t *testing.T) {
 	o.fails(t, ExitFailure, "no token", "tokens", "revoke", "nope")
 	o.fails(t, ExitFailure, `mandatory label "gpu" is not among`, "tokens", "create", "--label", "linux", "--mandatory", "gpu")
 	o.fails(t, ExitUsage, "invalid argument", "tokens", "create", "--ttl", "soon")
+	// kiln agent spells it --labels; so may this.
+	if _, errOut := o.ok2(t, "tokens", "create", "--labels", "linux,docker"); !strings.Contains(errOut, "labels docker,linux") {
+		t.Fatalf("--labels did not scope the token:\n%s", errOut)
+	}
 }
 
 func TestSourcesAddListShowRemoveHook(t *testing.T) {

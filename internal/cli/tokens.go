@@ -7,6 +7,7 @@ import (
 
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newTokensCmd(e *env) *cobra.Command {
@@ -85,6 +86,14 @@ for all of them. A mandatory label must be among the token's labels when it is s
 	fs.DurationVar(&ttl, "ttl", 0, "how long the token is valid (e.g. 1h, 720h; default: until revoked)")
 	fs.BoolVar(&req.SingleUse, "single-use", false, "the token is consumed by its first use")
 	fs.BoolVar(&asJSON, "json", false, "print the token and its secret as JSON")
+	// kiln agent takes --labels; accept the plural here too rather than
+	// fail a newcomer over one letter.
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "labels" {
+			name = "label"
+		}
+		return pflag.NormalizedName(name)
+	})
 	return cmd
 }
 

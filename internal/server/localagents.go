@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -129,7 +131,7 @@ func (l *localAgents) supervise(ctx context.Context, bin, token string, i int) {
 }
 
 func (l *localAgents) runOnce(ctx context.Context, bin, token, name string, log *slog.Logger) error {
-	cmd := exec.Command(bin, "agent", "--server", l.url, "--id", name, "--labels", "local",
+	cmd := exec.Command(bin, "agent", "--server", l.url, "--id", name, "--labels", "local", "--log-format", "json",
 		"--state-dir", filepath.Join(l.cfg.DataDir, "agents", name))
 	cmd.Env = append(agentEnv(os.Environ()), "KILN_AGENT_TOKEN="+token)
 	out, w, err := os.Pipe()
@@ -187,6 +189,35 @@ func relayLines(r io.ReadCloser, log *slog.Logger) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
 	for sc.Scan() {
-		log.Info(sc.Text())
+		relayLine(log, sc.Bytes())
 	}
+}
+
+// relayLine logs one line of a local agent's JSON log as a record of the
+// server's own log, at its level and with its attributes, so the operator
+// reads one log rather than a log quoted inside another. Anything else the
+// process prints (a panic, say) is logged as it is.
+func relayLine(log *slog.Logger, line []byte) {
+	var rec map[string]any
+	if json.Unmarshal(line, &rec) != nil {
+		log.Info(string(line))
+		return
+	}
+	msg, _ := rec["msg"].(string)
+	var level slog.Level
+	if s, ok := rec["level"].(string); ok && level.UnmarshalText([]byte(s)) != nil {
+		level = slog.LevelInfo
+	}
+	keys := make([]string, 0, len(rec))
+	for k := range rec {
+		if k != slog.TimeKey && k != slog.LevelKey && k != slog.MessageKey {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	attrs := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		attrs = append(attrs, k, rec[k])
+	}
+	log.Log(context.Background(), level, msg, attrs...)
 }
