@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,7 +126,40 @@ func (e *Execution) prepare(i int, st *Step, js *jobState, ev *evalEnv) (*prepar
 	env["KILN_RUN_ID"] = e.job.RunID
 	env["KILN_JOB_ID"] = e.job.JobID
 	env["KILN_JOB"] = e.job.Name
+	setContextVars(env, e.job.Contexts)
 	return &prepared{argv: argv, env: env, dir: dir}, nil
+}
+
+// contextVars are the KILN_* variables read from the expression contexts:
+// what a CI job usually wants to know without an expression (the commit,
+// the ref, the run's number), as environment variables, never as text
+// pasted into a script.
+var contextVars = []struct{ name, context, key string }{
+	{"KILN_WORKFLOW", "run", "workflow"},
+	{"KILN_RUN_NUMBER", "run", "number"},
+	{"KILN_RUN_ATTEMPT", "run", "attempt"},
+	{"KILN_EVENT", "event", "name"},
+	{"KILN_REPOSITORY", "event", "repository"},
+	{"KILN_REF", "event", "ref"},
+	{"KILN_SHA", "event", "sha"},
+	{"KILN_BRANCH", "event", "branch"},
+	{"KILN_BASE_BRANCH", "event", "base_branch"},
+	{"KILN_TAG", "event", "tag"},
+	{"KILN_ACTOR", "event", "actor"},
+}
+
+func setContextVars(env envMap, contexts map[string]any) {
+	for _, v := range contextVars {
+		c, _ := contexts[v.context].(map[string]any)
+		switch x := c[v.key].(type) {
+		case string:
+			if x != "" {
+				env[v.name] = x
+			}
+		case float64:
+			env[v.name] = strconv.FormatFloat(x, 'f', -1, 64)
+		}
+	}
 }
 
 // execute runs a prepared step's attempts and reports the step's end.

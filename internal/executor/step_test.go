@@ -263,6 +263,30 @@ func TestEnvLayering(t *testing.T) {
 	}
 }
 
+// The event and the run reach steps as KILN_* variables; a branch name
+// that is a shell command stays a value.
+func TestStepsSeeTheEventAndRunAsVariables(t *testing.T) {
+	t.Parallel()
+	x := newExecutor(t)
+	hostile := `main$(touch pwned)`
+	res, rec := runJob(t, x, &Job{JobID: "j", Contexts: map[string]any{
+		"event": map[string]any{"name": "push", "ref": "refs/heads/" + hostile, "sha": "53ac1f02", "branch": hostile,
+			"tag": "", "repository": "acme/app", "actor": "dev"},
+		"run": map[string]any{"id": "r1", "number": float64(12), "attempt": float64(2), "workflow": "ci"},
+	}, Steps: []Step{{Run: `echo "$KILN_EVENT|$KILN_REF|$KILN_SHA|$KILN_BRANCH|$KILN_REPOSITORY|$KILN_ACTOR|$KILN_RUN_NUMBER|$KILN_RUN_ATTEMPT|$KILN_WORKFLOW|${KILN_TAG-unset}"; ls`}}})
+	wantStatuses(t, res, success)
+	out := rec.text(0)
+	want := "push|refs/heads/" + hostile + "|53ac1f02|" + hostile + "|acme/app|dev|12|2|ci|unset"
+	if !strings.Contains(out, want) {
+		t.Errorf("step printed:\n%s\nwant a line %q", out, want)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if line == "pwned" { // ls lists the workspace
+			t.Error("the branch name ran as a command")
+		}
+	}
+}
+
 func TestAgentCredentialsNeverReachSteps(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t, func(c *Config) {
