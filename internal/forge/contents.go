@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/kilnci/kiln"
 )
 
@@ -44,13 +46,22 @@ func contentListing(raw json.RawMessage) ([]contentEntry, error) {
 	return entries, nil
 }
 
+// maxParallelFetches bounds the file reads one workflow listing runs at
+// once: each is a round trip to the forge (~100 ms to github.com), so a
+// repository's files are read side by side rather than one after another,
+// without opening a connection per file of a large directory.
+const maxParallelFetches = 8
+
 // readWorkflows picks the workflow files out of a directory listing and
-// reads each with fetch, turning unusable ones into error entries.
+// reads each with fetch (concurrently; fetch must allow that), turning
+// unusable ones into error entries.
 func readWorkflows(entries []contentEntry, maxBytes int64, fetch func(contentEntry) ([]byte, error)) ([]WorkflowFile, error) {
 	if err := checkWorkflowCount(entries); err != nil {
 		return nil, err
 	}
 	var out []WorkflowFile
+	var toFetch []int // indexes into out, with their entries in fetching
+	var fetching []contentEntry
 	for _, e := range entries {
 		if e.Type == "notdir" {
 			return []WorkflowFile{{Path: WorkflowDir, Err: kiln.Errorf(kiln.CodeInvalid, "%s is not a directory", WorkflowDir)}}, nil
@@ -67,17 +78,30 @@ func readWorkflows(entries []contentEntry, maxBytes int64, fetch func(contentEnt
 		case e.Size > maxBytes:
 			out = append(out, WorkflowFile{Path: p, Err: fileTooLarge(p, e.Size, maxBytes)})
 		default:
-			b, err := fetch(e)
-			var fe *fileError
-			if errors.As(err, &fe) {
-				out = append(out, WorkflowFile{Path: p, Err: fe.err})
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, WorkflowFile{Path: p, Content: b})
+			toFetch = append(toFetch, len(out))
+			fetching = append(fetching, e)
+			out = append(out, WorkflowFile{Path: p})
 		}
+	}
+	var g errgroup.Group
+	g.SetLimit(maxParallelFetches)
+	for i, at := range toFetch {
+		g.Go(func() error {
+			b, err := fetch(fetching[i])
+			var fe *fileError
+			switch {
+			case errors.As(err, &fe):
+				out[at].Err = fe.err
+			case err != nil:
+				return err
+			default:
+				out[at].Content = b
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b WorkflowFile) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +101,54 @@ func TestWorkflowsAtSHA(t *testing.T) {
 			if !strings.Contains(r, "ref="+shaA) {
 				t.Errorf("request %s is not at the event's commit", r)
 			}
+		}
+	})
+}
+
+// Each file read is a round trip to the forge; a repository's workflow
+// files are read side by side. Every file request here waits until all
+// three are in flight: read one after another, they would each time out.
+func TestWorkflowFilesAreReadSideBySide(t *testing.T) {
+	eachForge(t, Options{}, func(t *testing.T, f *fakeForge, repo Repo) {
+		f.trees[shaA] = map[string]fakeEntry{
+			".kiln/workflows/a.yml": {typ: "file", content: []byte("on: push\n")},
+			".kiln/workflows/b.yml": {typ: "file", content: []byte("on: push\n")},
+			".kiln/workflows/c.yml": {typ: "file", content: []byte("on: push\n")},
+		}
+		var mu sync.Mutex
+		inFlight, most := 0, 0
+		all := make(chan struct{})
+		f.setOverride(func(w http.ResponseWriter, r *http.Request) bool {
+			if !strings.HasSuffix(r.URL.Path, ".yml") {
+				return false
+			}
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			if inFlight == 3 {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-time.After(5 * time.Second):
+			}
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			return false
+		})
+		files, err := repo.Workflows(t.Context(), fakeRepo, shaA)
+		if err != nil || len(files) != 3 {
+			t.Fatalf("%d files, %v", len(files), err)
+		}
+		for _, wf := range files {
+			if wf.Err != nil || string(wf.Content) != "on: push\n" {
+				t.Errorf("%s: %q %v", wf.Path, wf.Content, wf.Err)
+			}
+		}
+		if most != 3 {
+			t.Fatalf("at most %d file reads were in flight at once, want 3", most)
 		}
 	})
 }
