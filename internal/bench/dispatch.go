@@ -68,19 +68,13 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool) (dispatch
 		label = fmt.Sprintf("with %d unmatchable jobs queued", total)
 	}
 	b.progress("   %d agents, %d jobs, %s", n, total, label)
-	s, err := b.startServer(ctx, serverOptions{})
+	s, err := b.startStage(ctx, nil)
 	if err != nil {
 		return dispatchResult{}, err
 	}
 	defer s.stop()
-	gh := newFakeGitHub()
-	defer gh.Close()
-	token, err := gh.setUp(ctx, s)
-	if err != nil {
-		return dispatchResult{}, err
-	}
 	if backlog {
-		if err := dispatchRuns(ctx, s, "backlog.yml", runs); err != nil {
+		if err := dispatchRuns(ctx, s.serverProc, "backlog.yml", runs); err != nil {
 			return dispatchResult{}, err
 		}
 	}
@@ -96,7 +90,7 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool) (dispatch
 			}
 		})
 	}
-	agents, err := b.dialAgents(ctx, s, token, "bench", n, []string{"bench"}, job)
+	agents, err := b.dialAgents(ctx, s.serverProc, s.token, "bench", n, []string{"bench"}, job)
 	if err != nil {
 		return dispatchResult{}, err
 	}
@@ -111,10 +105,10 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool) (dispatch
 		return dispatchResult{}, err
 	}
 	t0 := time.Now()
-	if err := dispatchRuns(ctx, s, "noop.yml", runs); err != nil {
+	if err := dispatchRuns(ctx, s.serverProc, "noop.yml", runs); err != nil {
 		return dispatchResult{}, err
 	}
-	if err := b.waitFinished(ctx, s, allDone, &finished, total); err != nil {
+	if err := b.waitFinished(ctx, s.serverProc, allDone, &finished, total); err != nil {
 		return dispatchResult{}, err
 	}
 	elapsed := time.Since(t0)

@@ -76,6 +76,38 @@ func (g *fakeGitHub) commit(n int) string {
 	return sha
 }
 
+// stage is a server with a fake GitHub holding the bench's workflows, its
+// source, and an agent token.
+type stage struct {
+	*serverProc
+	gh    *fakeGitHub
+	token string
+}
+
+// stop ends the server and the fake GitHub.
+func (st *stage) stop() {
+	st.serverProc.stop()
+	st.gh.Close()
+}
+
+// startStage starts a stage; extra files, when given, are added to the
+// repository's main branch.
+func (b *bench) startStage(ctx context.Context, extra map[string]string) (*stage, error) {
+	s, err := b.startServer(ctx, serverOptions{})
+	if err != nil {
+		return nil, err
+	}
+	st := &stage{serverProc: s, gh: newFakeGitHub()}
+	if extra != nil {
+		st.gh.SetFiles(benchRepo, benchMainSHA, "main", extra)
+	}
+	if st.token, err = st.gh.setUp(ctx, s); err != nil {
+		st.stop()
+		return nil, err
+	}
+	return st, nil
+}
+
 // setUp adds the GitHub source to s and creates an agent token.
 func (g *fakeGitHub) setUp(ctx context.Context, s *serverProc) (token string, err error) {
 	_, err = s.client.AddSource(ctx, forge.Source{Name: benchSource, Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{

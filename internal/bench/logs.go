@@ -23,22 +23,15 @@ const logWindow = 64
 // viewers, one following each job (GET /runs/{run}/logs?job=…&follow):
 // one agent alone, then cfg.LogAgents at once.
 func (b *bench) logs(ctx context.Context) error {
-	s, err := b.startServer(ctx, serverOptions{})
+	files := map[string]string{".kiln/workflows/logs-1.yml": logWorkflow(1),
+		fmt.Sprintf(".kiln/workflows/logs-%d.yml", b.cfg.LogAgents): logWorkflow(b.cfg.LogAgents)}
+	s, err := b.startStage(ctx, files)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	gh := newFakeGitHub()
-	defer gh.Close()
-	files := map[string]string{".kiln/workflows/logs-1.yml": logWorkflow(1),
-		fmt.Sprintf(".kiln/workflows/logs-%d.yml", b.cfg.LogAgents): logWorkflow(b.cfg.LogAgents)}
-	gh.SetFiles(benchRepo, benchMainSHA, "main", files)
-	token, err := gh.setUp(ctx, s)
-	if err != nil {
-		return err
-	}
 	lr := &logRun{lines: b.cfg.LogLines}
-	agents, err := b.dialAgents(ctx, s, token, "logger", b.cfg.LogAgents, []string{"logs"}, lr.job)
+	agents, err := b.dialAgents(ctx, s.serverProc, s.token, "logger", b.cfg.LogAgents, []string{"logs"}, lr.job)
 	if err != nil {
 		return err
 	}
@@ -50,7 +43,7 @@ func (b *bench) logs(ctx context.Context) error {
 	}
 	// Throughput: every agent sends as fast as the server acknowledges.
 	for _, n := range counts {
-		m, err := b.logRound(ctx, s, lr, n, 0)
+		m, err := b.logRound(ctx, s.serverProc, lr, n, 0)
 		if err != nil {
 			return err
 		}
@@ -71,7 +64,7 @@ func (b *bench) logs(ctx context.Context) error {
 		if n > 1 {
 			rate = 1_000_000 / n
 		}
-		m, err := b.logRound(ctx, s, lr, n, rate)
+		m, err := b.logRound(ctx, s.serverProc, lr, n, rate)
 		if err != nil {
 			return err
 		}

@@ -16,24 +16,18 @@ import (
 // delivery goes out once the agent's no-op job is stored as finished, so
 // the agent is idle again.
 func (b *bench) webhook(ctx context.Context) error {
-	s, err := b.startServer(ctx, serverOptions{})
+	s, err := b.startStage(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer s.stop()
-	gh := newFakeGitHub()
-	defer gh.Close()
-	token, err := gh.setUp(ctx, s)
-	if err != nil {
-		return err
-	}
 	got := make(chan time.Time, 1)
 	idle := make(chan struct{}, 1)
 	job := func(a *agent, d *proto.Dispatch, at time.Time) {
 		got <- at
 		runNoop(a, d, nil, func() { idle <- struct{}{} })
 	}
-	a, err := dialAgent(ctx, s.wsURL(), token, "bench-webhook", []string{"bench"}, 1, job)
+	a, err := dialAgent(ctx, s.wsURL(), s.token, "bench-webhook", []string{"bench"}, 1, job)
 	if err != nil {
 		return err
 	}
@@ -41,9 +35,9 @@ func (b *bench) webhook(ctx context.Context) error {
 
 	var toAgent, to202 []time.Duration
 	for i := range b.cfg.Webhooks {
-		body := pushPayload(gh.commit(i))
+		body := pushPayload(s.gh.commit(i))
 		t0 := time.Now()
-		if err := deliver(ctx, webhookClient, s, fmt.Sprintf("bench-%d-%s", i, randomHex(4)), body); err != nil {
+		if err := deliver(ctx, webhookClient, s.serverProc, fmt.Sprintf("bench-%d-%s", i, randomHex(4)), body); err != nil {
 			return err
 		}
 		to202 = append(to202, time.Since(t0))
