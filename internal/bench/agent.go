@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -194,12 +193,17 @@ func (b *bench) dialAgents(ctx context.Context, s *serverProc, token, prefix str
 	var mu sync.Mutex
 	var errs []error
 	var done atomic.Int64
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
+	stopProgress := make(chan struct{})
+	defer close(stopProgress)
 	go func() {
-		for range tick.C {
-			if d := done.Load(); d < int64(n) {
-				b.progress("   %d/%d agents connected", d, n)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-tick.C:
+				b.progress("   %d/%d agents connected", done.Load(), n)
 			}
 		}
 	}()
@@ -223,7 +227,7 @@ func (b *bench) dialAgents(ctx context.Context, s *serverProc, token, prefix str
 	wg.Wait()
 	if len(errs) > 0 {
 		closeAgents(agents)
-		return nil, fmt.Errorf("%d of %d agents failed to connect; the first: %w", len(errs), n, errors.Join(errs[0]))
+		return nil, fmt.Errorf("%d of %d agents failed to connect; the first: %w", len(errs), n, errs[0])
 	}
 	return agents, nil
 }

@@ -226,7 +226,7 @@ func (b *bench) pick(sqlite, postgres Target) *Target {
 	return &sqlite
 }
 
-func max_(v float64) *Target     { return &Target{Value: v} }
+func atMost(v float64) *Target   { return &Target{Value: v} }
 func atLeast(v float64) *Target  { return &Target{Value: v, AtLeast: true} }
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func perSec(n int, d time.Duration) float64 {

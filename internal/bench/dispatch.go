@@ -47,7 +47,7 @@ func (b *bench) dispatch(ctx context.Context) error {
 			withBacklog.jobsPerSec/plain.jobsPerSec, "ratio", atLeast(0.9))
 		var claimTarget *Target
 		if n == 1000 {
-			claimTarget = max_(20)
+			claimTarget = atMost(20)
 		}
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents: claim, p50", n), ms(plain.claimP50), "ms", nil)
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents: claim, p99", n), ms(plain.claimP99), "ms", claimTarget)

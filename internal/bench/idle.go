@@ -100,10 +100,10 @@ func (b *bench) idle(ctx context.Context) error {
 	}
 	per := float64(n)
 	b.add(ScenarioIdle, fmt.Sprintf("%d idle agents: server heap + stacks per agent", n),
-		(after.heapStack-before.heapStack)/per/1024, "KiB", max_(32))
+		(after.heapStack-before.heapStack)/per/1024, "KiB", atMost(32))
 	b.add(ScenarioIdle, fmt.Sprintf("%d idle agents: server resident memory per agent", n),
 		(after.rss-before.rss)/per/1024, "KiB", nil)
 	b.add(ScenarioIdle, fmt.Sprintf("%d idle agents: server goroutines per agent", n),
-		(after.goroutines-before.goroutines)/per, "", max_(2))
+		(after.goroutines-before.goroutines)/per, "", atMost(2))
 	return nil
 }

@@ -69,7 +69,7 @@ func (b *bench) logs(ctx context.Context) error {
 			return err
 		}
 		b.add(ScenarioLogs, fmt.Sprintf("%d× %s lines/s: line sent → at its viewer, p99", n, groupThousands(int64(rate))),
-			ms(m.latencyP99), "ms", max_(250))
+			ms(m.latencyP99), "ms", atMost(250))
 	}
 	return nil
 }
@@ -157,12 +157,12 @@ func (b *bench) logRound(ctx context.Context, s *serverProc, lr *logRun, n, rate
 // follow runs one viewer per job of the run, as the people watching a
 // fleet's jobs would, until every job finished.
 func follow(ctx context.Context, s *serverProc, runID string, round *logRound, n int) ([]*viewer, error) {
-	var run api.Run
-	var err error
-	for len(run.Jobs) < n {
-		if run, err = s.client.GetRun(ctx, runID); err != nil {
-			return nil, err
-		}
+	run, err := s.client.GetRun(ctx, runID) // created with all its jobs at once
+	if err != nil {
+		return nil, err
+	}
+	if len(run.Jobs) != n {
+		return nil, fmt.Errorf("the log run has %d jobs, want %d", len(run.Jobs), n)
 	}
 	viewers := make([]*viewer, n)
 	errs := make(chan error, n)

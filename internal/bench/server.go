@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -219,8 +218,6 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
-var errTimeout = errors.New("timed out")
 
 // histogram reads a histogram's cumulative bucket counts (upper bound →
 // count) from /metrics.

@@ -25,8 +25,8 @@ func (b *bench) startup(ctx context.Context) error {
 		agent = append(agent, at.Sub(s.started)-s.ready)
 		b.progress("   start %d: ready %.1f ms, local agent registered %.1f ms later", i+1, ms(s.ready), ms(agent[i]))
 	}
-	b.add(ScenarioStartup, "server exec → /ready, median", ms(percentile(ready, 0.5)), "ms", max_(200))
-	b.add(ScenarioStartup, "local agent spawned → registered, median", ms(percentile(agent, 0.5)), "ms", max_(100))
+	b.add(ScenarioStartup, "server exec → /ready, median", ms(percentile(ready, 0.5)), "ms", atMost(200))
+	b.add(ScenarioStartup, "local agent spawned → registered, median", ms(percentile(agent, 0.5)), "ms", atMost(100))
 	return nil
 }
 
