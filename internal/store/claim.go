@@ -209,9 +209,15 @@ func claimSet(alias, agent string) string {
 		pending_reason = NULL, pending_since = NULL, updated_at = ?`, mClaim.to, agent, alias)
 }
 
-// claimBranch selects the oldest claimable jobs of one key.
+// claimBranch selects the oldest claimable jobs of one key (SQLite).
 const claimBranch = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key = ? AND stop = 0
 	AND (expires_at IS NULL OR expires_at > ?) ORDER BY id LIMIT ?`
+
+// claimBranchPostgres is claimBranch in the order only the jobs_queued
+// index serves (see the migration), so no statistics can turn the claim
+// into a walk of the primary key.
+const claimBranchPostgres = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key = ? AND stop = 0
+	AND (expires_at IS NULL OR expires_at > ?) ORDER BY (id || '') LIMIT ?`
 
 func scanClaimed(rows *sql.Rows, err error) ([]Claimed, error) {
 	if err != nil {

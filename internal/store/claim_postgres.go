@@ -36,7 +36,7 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	b.WriteString("WITH ")
 	picks := make([]string, len(keys))
 	for i, k := range keys {
-		fmt.Fprintf(&b, "c%d AS (%s FOR UPDATE SKIP LOCKED), ", i, claimBranch)
+		fmt.Fprintf(&b, "c%d AS (%s FOR UPDATE SKIP LOCKED), ", i, claimBranchPostgres)
 		args = append(args, k, now, total)
 		picks[i] = fmt.Sprintf("SELECT id FROM c%d", i)
 	}

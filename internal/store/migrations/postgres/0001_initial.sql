@@ -81,7 +81,13 @@ CREATE TABLE jobs (
 -- path or sweep acts on. Job names are unique per run; the store checks it
 -- when the run is created.
 CREATE INDEX jobs_run ON jobs (run_id, base, status);
-CREATE INDEX jobs_queued ON jobs (queue_key, id) WHERE status = 'queued';
+-- The claim takes the oldest queued jobs of a key in the order of this
+-- index, written (id || '') rather than id: the same order, but one the
+-- primary key cannot serve. Ordered by plain id, PostgreSQL planning from
+-- statistics taken while most jobs were queued walked the primary key
+-- instead, through every finished job (ids are time-ordered, so those come
+-- first), on every claim: kiln bench saw 1,400 jobs/s fall to 300.
+CREATE INDEX jobs_queued ON jobs (queue_key, (id || '')) WHERE status = 'queued';
 CREATE INDEX jobs_queue_expiry ON jobs (expires_at) WHERE status = 'queued';
 CREATE INDEX jobs_ack ON jobs (ack_deadline) WHERE status = 'dispatched';
 CREATE INDEX jobs_recovery ON jobs (recovery_deadline) WHERE status = 'recovering';

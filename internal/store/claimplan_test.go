@@ -1,0 +1,56 @@
+package store_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
+)
+
+// TestClaimPlanUsesTheQueueIndex: with statistics taken while every job was
+// queued (the moment after a burst), PostgreSQL still claims through the
+// queue index. Ordered by plain id it walked the primary key instead, through
+// every finished job, on each claim.
+func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		if db.Dialect() != "postgres" {
+			t.Skip("SQLite plans by its indexes; the statistics trap is PostgreSQL's")
+		}
+		for r := 0; r < 10; r++ {
+			var jobs []store.NewJob
+			for i := 0; i < 200; i++ {
+				jobs = append(jobs, job(fmt.Sprintf("j%d", i)))
+			}
+			mustCreate(t, db, newRun(jobs...))
+		}
+		if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
+			t.Fatal(err)
+		}
+		var key string
+		if err := db.SQL().QueryRowContext(ctx, "SELECT queue_key FROM jobs WHERE status = 'queued' LIMIT 1").Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		q := store.ClaimBranchPostgres
+		for i := 1; strings.Contains(q, "?"); i++ {
+			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
+		}
+		rows, err := db.SQL().QueryContext(ctx, "EXPLAIN "+q+" FOR UPDATE SKIP LOCKED", key, 0, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if p := plan.String(); !strings.Contains(p, "Index Scan using jobs_queued") || strings.Contains(p, "Sort") || strings.Contains(p, "jobs_pkey") {
+			t.Fatalf("the claim is not an ordered scan of jobs_queued:\n%s", p)
+		}
+	})
+}
