@@ -293,19 +293,23 @@ func (d *dispatcher) claimBatch(ctx context.Context, picks []pick) int {
 	}
 	started := d.f.now()
 	err := d.f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		// One call for all the picks: agents accepting the same work share
+		// a statement. An agent being lost asks for nothing.
+		asks := make([]store.ClaimAsk, len(picks))
+		for i := range picks {
+			picks[i].got = nil
+			if !picks[i].a.lost.Load() {
+				asks[i] = store.ClaimAsk{AgentID: picks[i].a.id, Labels: picks[i].a.labels, Slots: picks[i].n}
+			}
+		}
+		got, err := tx.Queue().ClaimFor(ctx, asks)
+		if err != nil {
+			return store.Effects{}, err
+		}
 		var eff store.Effects
 		for i := range picks {
-			p := &picks[i]
-			p.got = nil
-			if p.a.lost.Load() {
-				continue
-			}
-			cs, err := tx.Queue().Claim(ctx, p.a.id, p.a.labels, p.n)
-			if err != nil {
-				return store.Effects{}, err
-			}
-			p.got = cs
-			for _, c := range cs {
+			picks[i].got = got[i]
+			for _, c := range got[i] {
 				if c.RunStarted {
 					eff.Runs = append(eff.Runs, store.RunChange{ID: c.RunID, Status: kiln.RunRunning})
 				}

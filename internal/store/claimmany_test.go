@@ -1,0 +1,87 @@
+package store_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/store/storetest"
+)
+
+// TestClaimForServesEachAskInOrder: several agents' claims in one call (one
+// statement on PostgreSQL for agents accepting the same keys) hand out the
+// oldest jobs in ask order, each job once, and nothing an agent cannot run.
+func TestClaimForServesEachAskInOrder(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		var jobs []store.NewJob
+		for i := 0; i < 10; i++ {
+			jobs = append(jobs, job(fmt.Sprintf("j%02d", i)))
+		}
+		cr := mustCreate(t, db, newRun(jobs...))
+		gpuOnly := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "gpu"), Mandatory: kiln.NewLabels("gpu")}
+		asks := []store.ClaimAsk{
+			{AgentID: "a", Labels: linux, Slots: 2},
+			{AgentID: "gpu", Labels: gpuOnly, Slots: 5}, // takes only jobs asking for gpu: none
+			{AgentID: "b", Labels: linux, Slots: 3},
+			{AgentID: "lost", Labels: linux, Slots: 0},
+			{AgentID: "c", Labels: linux, Slots: 10},
+		}
+		var got [][]store.Claimed
+		err := db.Update(ctx, func(tx *store.Tx) error {
+			var err error
+			got, err = tx.Queue().ClaimFor(ctx, asks)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{"a": 2, "gpu": 0, "b": 3, "lost": 0, "c": 5}
+		seen := map[string]string{}
+		var order []string // job names in ask order
+		for i, a := range asks {
+			if len(got[i]) != want[a.AgentID] {
+				t.Fatalf("agent %s got %d jobs, want %d", a.AgentID, len(got[i]), want[a.AgentID])
+			}
+			for _, c := range got[i] {
+				if prev, dup := seen[c.JobID]; dup {
+					t.Fatalf("job %s claimed by %s and %s", c.Name, prev, a.AgentID)
+				}
+				seen[c.JobID] = a.AgentID
+				order = append(order, c.Name)
+				if j := mustJob(t, db, c.JobID); j.Status != kiln.JobDispatched || j.AgentID != a.AgentID {
+					t.Fatalf("job %s is %s on %q, want dispatched on %s", c.Name, j.Status, j.AgentID, a.AgentID)
+				}
+			}
+		}
+		if len(seen) != len(cr.Jobs) {
+			t.Fatalf("%d of %d jobs claimed", len(seen), len(cr.Jobs))
+		}
+		// The first asks get the oldest jobs.
+		if !slices.Equal(order[:5], []string{"j00", "j01", "j02", "j03", "j04"}) {
+			t.Fatalf("claim order %v", order)
+		}
+		// A key the cached set does not know yet (the job was queued a moment
+		// ago) is still found for an ask it leaves short.
+		docker := store.NewJob{Name: "d", Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux", "docker")}}
+		mustCreate(t, db, newRun(docker))
+		withDocker := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "docker")}
+		err = db.Update(ctx, func(tx *store.Tx) error {
+			var err error
+			got, err = tx.Queue().ClaimFor(ctx, []store.ClaimAsk{{AgentID: "d1", Labels: withDocker, Slots: 1}})
+			return err
+		})
+		if err != nil || len(got[0]) != 1 || got[0][0].Name != "d" {
+			t.Fatalf("the new key's job was not claimed: %+v, %v", got, err)
+		}
+		// An ask without an agent is refused.
+		err = db.Update(ctx, func(tx *store.Tx) error {
+			_, err := tx.Queue().ClaimFor(ctx, []store.ClaimAsk{{Labels: linux, Slots: 1}})
+			return err
+		})
+		if err == nil {
+			t.Fatal("an ask without an agent id was accepted")
+		}
+	})
+}
