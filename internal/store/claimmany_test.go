@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -82,6 +83,31 @@ func TestClaimForServesEachAskInOrder(t *testing.T) {
 		})
 		if err == nil {
 			t.Fatal("an ask without an agent id was accepted")
+		}
+	})
+}
+
+// TestReleaseWritesEachJobsOwnSpec: a run's jobs are queued a few
+// statements at a time, each with the spec the Releaser rendered for it,
+// across the statement-size boundary.
+func TestReleaseWritesEachJobsOwnSpec(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		rdb := db.WithReleaser(func(rj store.ReadyJob) store.Release {
+			return store.Release{Spec: json.RawMessage(fmt.Sprintf(`{"for":%q}`, rj.Name))}
+		})
+		var jobs []store.NewJob
+		for i := 0; i < 450; i++ {
+			jobs = append(jobs, job(fmt.Sprintf("j%03d", i)))
+		}
+		cr := mustCreate(t, rdb, newRun(jobs...))
+		if len(cr.Queued) != 450 {
+			t.Fatalf("%d jobs queued, want 450", len(cr.Queued))
+		}
+		for name, id := range cr.Jobs {
+			j := mustJob(t, db, id)
+			if j.Status != kiln.JobQueued || string(j.Spec) != fmt.Sprintf(`{"for":%q}`, name) {
+				t.Fatalf("job %s: %s with spec %s", name, j.Status, j.Spec)
+			}
 		}
 	})
 }

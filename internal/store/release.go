@@ -202,6 +202,10 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 	}
 	groups := map[group][]string{}
 	var order []group
+	// Jobs whose spec the Releaser rewrote (the engine's always are): moved
+	// per key and timeout too, each with its own spec.
+	specGroups := map[group][]idSpec{}
+	var specOrder []group
 	numbers := map[string]int64{} // run id → number, for the run context
 	for i, p := range ps {
 		number, ok := numbers[p.RunID]
@@ -245,37 +249,62 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 		if timeout == 0 {
 			timeout = t.db.cfg.QueueTimeout
 		}
+		g := group{key, timeout}
 		if r.Spec != nil {
-			if err := t.enqueue(ctx, ids, key, timeout, string(r.Spec)); err != nil {
-				return err
+			if _, ok := specGroups[g]; !ok {
+				specOrder = append(specOrder, g)
 			}
+			specGroups[g] = append(specGroups[g], idSpec{p.ID, string(r.Spec)})
 			continue
 		}
-		g := group{key, timeout}
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}
 		groups[g] = append(groups[g], p.ID)
 	}
 	for _, g := range order {
-		if err := t.enqueue(ctx, groups[g], g.key, g.timeout, ""); err != nil {
+		if err := t.enqueue(ctx, groups[g], g.key, g.timeout, nil); err != nil {
 			return err
+		}
+	}
+	for _, g := range specOrder {
+		jobs := specGroups[g]
+		for start := 0; start < len(jobs); start += specsPerStatement {
+			if err := t.enqueue(ctx, nil, g.key, g.timeout, jobs[start:min(start+specsPerStatement, len(jobs))]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// enqueue moves released jobs into the queue (spec "" keeps their spec).
-func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, spec string) error {
+// idSpec is a released job and the spec it is queued with.
+type idSpec struct{ id, spec string }
+
+// specsPerStatement bounds the jobs one enqueue statement rewrites the spec
+// of (each adds two parameters and its spec's bytes to the statement).
+const specsPerStatement = 200
+
+// enqueue moves released jobs into the queue in one statement: ids keep
+// their spec, specs (when given instead) each get their own.
+func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, specs []idSpec) error {
 	var expires any
 	if timeout > 0 {
 		expires = ms(t.now.Add(timeout))
 	}
 	set := "ready = 1, queue_key = ?, queued_at = ?, expires_at = ?, pending_reason = ?, pending_since = ?"
 	args := []any{key, ms(t.now), expires, ReasonWaiting, ms(t.now)}
-	if spec != "" {
-		set += ", spec = ?"
-		args = append(args, spec)
+	if len(specs) > 0 {
+		var b strings.Builder
+		b.WriteString(", spec = CASE id")
+		ids = make([]string, len(specs))
+		for i, s := range specs {
+			b.WriteString(" WHEN ? THEN ?")
+			args = append(args, s.id, s.spec)
+			ids[i] = s.id
+		}
+		b.WriteString(" END")
+		set += b.String()
 	}
 	_, err := t.move(ctx, mRelease, change{ids: ids, set: set, args: args})
 	return err
