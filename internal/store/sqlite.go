@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -79,10 +80,13 @@ func openSQLite(ctx context.Context, c *core) error {
 	}
 	c.dialect = sqliteDialect{}
 	sync := strings.ToUpper(c.cfg.SQLiteSynchronous)
+	// busy_timeout first: the pragmas run in this order on every new
+	// connection, and switching a fresh file to WAL while another opener
+	// holds it must wait rather than fail at once with SQLITE_BUSY.
 	w, err := sql.Open("sqlite", sqliteDSN(path,
+		"_pragma=busy_timeout(5000)",
 		"_pragma=journal_mode(WAL)",
 		"_pragma=synchronous("+sync+")",
-		"_pragma=busy_timeout(5000)",
 		"_pragma=foreign_keys(1)",
 		"_txlock=immediate"))
 	if err != nil {
@@ -92,7 +96,7 @@ func openSQLite(ctx context.Context, c *core) error {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := w.PingContext(ctx); err != nil {
+	if err := pingSQLite(ctx, w); err != nil {
 		_ = w.Close()
 		return fmt.Errorf("store: open SQLite %s: %w", path, err)
 	}
@@ -113,6 +117,25 @@ func openSQLite(ctx context.Context, c *core) error {
 	r.SetMaxIdleConns(c.cfg.ReadConns)
 	c.write, c.read = w, r
 	return nil
+}
+
+// pingSQLite opens the first connection. Turning a new file to WAL while
+// another opener does the same can fail with SQLITE_BUSY without waiting
+// for busy_timeout (SQLite does not wait where waiting could deadlock), so
+// that is retried for a while.
+func pingSQLite(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := db.PingContext(ctx)
+		if err == nil || !isSQLiteBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // isSQLiteBusy reports a lock held past busy_timeout by another process.
