@@ -179,7 +179,7 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	for _, p := range fast {
 		if len(p.got) < p.n {
 			for k := range live {
-				if p.a.labels.Accepts(requirement(k)) {
+				if p.a.labels.Accepts(store.KeyRequirement(k)) {
 					delete(live, k)
 				}
 			}
@@ -204,7 +204,7 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 		for _, p := range picks {
 			if len(p.got) < p.n { // the agent took all it accepts: those keys are drained
 				for k := range live {
-					if p.a.labels.Accepts(requirement(k)) {
+					if p.a.labels.Accepts(store.KeyRequirement(k)) {
 						delete(live, k)
 					}
 				}
@@ -493,7 +493,7 @@ func (d *dispatcher) explain(ctx context.Context, keys []string, live map[string
 // reason says why jobs with the key wait; false when an agent could take
 // them now (a claim will follow).
 func (d *dispatcher) reason(key string) (string, bool) {
-	req := requirement(key)
+	req := store.KeyRequirement(key)
 	matching := d.f.reg.matching(key)
 	if len(matching) == 0 {
 		return noAgentReason(req, d.f.reg.list()), true

@@ -273,7 +273,7 @@ func (r *registry) matching(key string) []*agent {
 	if as, ok := r.byKey[key]; ok {
 		return as
 	}
-	req := requirement(key)
+	req := store.KeyRequirement(key)
 	var as []*agent
 	for _, a := range r.sorted {
 		if a.labels.Accepts(req) {
@@ -309,18 +309,6 @@ func (r *registry) counts() (conns, agents int) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return len(r.conns), len(r.agents)
-}
-
-// requirements caches parsed queue keys; the set of keys ever seen is small.
-var requirements sync.Map
-
-func requirement(key string) kiln.Requirement {
-	if v, ok := requirements.Load(key); ok {
-		return v.(kiln.Requirement)
-	}
-	req := kiln.ParseRequirementKey(key)
-	requirements.Store(key, req)
-	return req
 }
 
 // effectiveLabels are what an agent offers: its declared labels, its OS and

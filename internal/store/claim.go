@@ -62,7 +62,9 @@ func (q Queue) HasMatch(ctx context.Context, agent kiln.AgentLabels) (bool, erro
 // requirements caches parsed keys; the set of keys ever seen is small.
 var requirements sync.Map
 
-func parsedKey(key string) kiln.Requirement {
+// KeyRequirement is the requirement a queue key stands for (the inverse of
+// kiln.Requirement.Key), parsed once per key. Callers must not modify it.
+func KeyRequirement(key string) kiln.Requirement {
 	if v, ok := requirements.Load(key); ok {
 		return v.(kiln.Requirement)
 	}
@@ -74,7 +76,7 @@ func parsedKey(key string) kiln.Requirement {
 func acceptedKeys(keys []string, agent kiln.AgentLabels) []string {
 	var out []string
 	for _, k := range keys {
-		if agent.Accepts(parsedKey(k)) {
+		if agent.Accepts(KeyRequirement(k)) {
 			out = append(out, k)
 		}
 	}
@@ -231,7 +233,7 @@ func scanClaimed(rows *sql.Rows, err error) ([]Claimed, error) {
 		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key); err != nil {
 			return nil, err
 		}
-		c.Spec, c.Requirement = json.RawMessage(spec), parsedKey(key)
+		c.Spec, c.Requirement = json.RawMessage(spec), KeyRequirement(key)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -79,7 +79,7 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &ask, &runStarted); err != nil {
 			return nil, err
 		}
-		c.Spec, c.Requirement = json.RawMessage(spec), parsedKey(key)
+		c.Spec, c.Requirement = json.RawMessage(spec), KeyRequirement(key)
 		c.AckDeadline = time.UnixMilli(ack).UTC()
 		if runStarted && !seen[c.RunID] {
 			seen[c.RunID] = true

@@ -85,8 +85,8 @@ func (q Queue) Expire(ctx context.Context, unroutable func(kiln.Requirement) boo
 			m, msg := mExpire, x.LastProvisioningError
 			switch {
 			case msg != "":
-			case unroutable != nil && unroutable(parsedKey(x.key)):
-				m, msg = mUnroutable, UnroutableMessage(parsedKey(x.key))
+			case unroutable != nil && unroutable(KeyRequirement(x.key)):
+				m, msg = mUnroutable, UnroutableMessage(KeyRequirement(x.key))
 			default:
 				waited := time.Duration(x.expires-x.queued) * time.Millisecond
 				msg = fmt.Sprintf("queue timeout: no agent took this job within %s", waited.Round(time.Second))
@@ -150,7 +150,7 @@ func (q Queue) MarkUnroutable(ctx context.Context, message string, ids ...string
 		for _, c := range cs {
 			msg := message
 			if msg == "" {
-				msg = UnroutableMessage(parsedKey(keys[c.ID]))
+				msg = UnroutableMessage(KeyRequirement(keys[c.ID]))
 			}
 			m, err := t.move(ctx, mUnroutable, change{ids: []string{c.ID}, err: msg})
 			if err != nil {

@@ -156,7 +156,7 @@ func (q Queue) Depth(ctx context.Context) (Depth, error) {
 			return d, err
 		}
 		d.ByKey[k] = n
-		for _, l := range parsedKey(k).RunsOn {
+		for _, l := range KeyRequirement(k).RunsOn {
 			d.ByLabel[l] += n
 		}
 	}
@@ -201,7 +201,7 @@ func (q Queue) Waiting(ctx context.Context, limit int) ([]WaitingJob, error) {
 			&since, &queued, &expires, &w.Attempts, &w.LastProvisioningError); err != nil {
 			return nil, err
 		}
-		w.Requirement = parsedKey(key)
+		w.Requirement = KeyRequirement(key)
 		w.Since, w.QueuedAt, w.ExpiresAt = fromMS(since), fromMS(queued), fromMS(expires)
 		out = append(out, w)
 	}

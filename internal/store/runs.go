@@ -112,14 +112,7 @@ func (r Runs) Get(ctx context.Context, id string) (Run, error) {
 // Header returns a run by id without its jobs: one row, for callers that
 // need the run's own fields on a hot path (the dispatcher's decorator).
 func (r Runs) Header(ctx context.Context, id string) (Run, error) {
-	runs, err := r.list(ctx, "id = ?", id)
-	if err != nil {
-		return Run{}, err
-	}
-	if len(runs) == 0 {
-		return Run{}, notFound("run %v does not exist", id)
-	}
-	return runs[0], nil
+	return r.header(ctx, "id = ?", id)
 }
 
 // GetByNumber returns a run by its number with its jobs and their steps.
@@ -128,6 +121,16 @@ func (r Runs) GetByNumber(ctx context.Context, number int64) (Run, error) {
 }
 
 func (r Runs) get(ctx context.Context, where string, arg any) (Run, error) {
+	run, err := r.header(ctx, where, arg)
+	if err != nil {
+		return Run{}, err
+	}
+	run.Jobs, err = loadJobs(ctx, r.h.reader(), "run_id = ? ORDER BY idx", run.ID)
+	return run, err
+}
+
+// header reads the one run where selects, without its jobs.
+func (r Runs) header(ctx context.Context, where string, arg any) (Run, error) {
 	runs, err := r.list(ctx, where, arg)
 	if err != nil {
 		return Run{}, err
@@ -135,9 +138,7 @@ func (r Runs) get(ctx context.Context, where string, arg any) (Run, error) {
 	if len(runs) == 0 {
 		return Run{}, notFound("run %v does not exist", arg)
 	}
-	run := runs[0]
-	run.Jobs, err = loadJobs(ctx, r.h.reader(), "run_id = ? ORDER BY idx", run.ID)
-	return run, err
+	return runs[0], nil
 }
 
 // RunFilter selects runs for List. Zero fields do not filter.
