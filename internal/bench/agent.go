@@ -25,8 +25,9 @@ type agent struct {
 	mu      sync.Mutex
 	seq     uint64
 	waiters []ackWaiter
+	acked   uint64        // the server's last acknowledgement
+	ackSig  chan struct{} // closed and replaced at each acknowledgement
 
-	acked  atomic.Uint64
 	closed chan struct{}
 	err    error // why the read loop ended, once closed is
 }
@@ -47,7 +48,7 @@ func dialAgent(ctx context.Context, url, token, id string, labels []string, maxJ
 		return nil, fmt.Errorf("agent %s: connect: %w", id, err)
 	}
 	ws.SetReadLimit(64 << 20)
-	a := &agent{ws: ws, id: id, job: job, closed: make(chan struct{})}
+	a := &agent{ws: ws, id: id, job: job, ackSig: make(chan struct{}), closed: make(chan struct{})}
 	for _, m := range []proto.Message{
 		&proto.Auth{Token: token, ProtocolVersion: proto.Version, AgentVersion: "bench"},
 		&proto.Register{AgentID: id, Labels: labels, MaxJobs: maxJobs, OS: "linux", Arch: "amd64", Hostname: "bench"},
@@ -137,8 +138,10 @@ func (a *agent) read() {
 }
 
 func (a *agent) onAck(seq uint64) {
-	a.acked.Store(seq)
 	a.mu.Lock()
+	a.acked = seq
+	close(a.ackSig)
+	a.ackSig = make(chan struct{})
 	n := 0
 	for n < len(a.waiters) && a.waiters[n].seq <= seq {
 		n++
@@ -153,16 +156,21 @@ func (a *agent) onAck(seq uint64) {
 
 // waitAcked waits until the server stored every frame up to seq.
 func (a *agent) waitAcked(ctx context.Context, seq uint64) error {
-	for a.acked.Load() < seq {
+	for {
+		a.mu.Lock()
+		done, sig := a.acked >= seq, a.ackSig
+		a.mu.Unlock()
+		if done {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-a.closed:
 			return fmt.Errorf("agent %s disconnected: %v", a.id, a.err)
-		case <-time.After(200 * time.Microsecond):
+		case <-sig:
 		}
 	}
-	return nil
 }
 
 func (a *agent) close() { a.ws.CloseNow() }

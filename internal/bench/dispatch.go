@@ -96,11 +96,7 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool) (dispatch
 	}
 	defer closeAgents(agents)
 
-	cpu0, err := s.metric(ctx, "process_cpu_seconds_total")
-	if err != nil {
-		return dispatchResult{}, err
-	}
-	claims0, err := s.histogram(ctx, claimMetric)
+	cpu0, claims0, err := cpuAndClaims(ctx, s.serverProc)
 	if err != nil {
 		return dispatchResult{}, err
 	}
@@ -112,11 +108,7 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool) (dispatch
 		return dispatchResult{}, err
 	}
 	elapsed := time.Since(t0)
-	cpu1, err := s.metric(ctx, "process_cpu_seconds_total")
-	if err != nil {
-		return dispatchResult{}, err
-	}
-	claims1, err := s.histogram(ctx, claimMetric)
+	cpu1, claims1, err := cpuAndClaims(ctx, s.serverProc)
 	if err != nil {
 		return dispatchResult{}, err
 	}
@@ -125,6 +117,21 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool) (dispatch
 		cpuPerJob: time.Duration((cpu1 - cpu0) * float64(time.Second) / float64(total))}
 	b.progress("   %d jobs in %s: %.0f jobs/s", total, elapsed.Round(time.Millisecond), r.jobsPerSec)
 	return r, nil
+}
+
+// cpuAndClaims reads the server's CPU time and claim histogram from one
+// scrape.
+func cpuAndClaims(ctx context.Context, s *serverProc) (float64, map[float64]float64, error) {
+	sc, err := s.scrape(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	cpu, err := sc.sum("process_cpu_seconds_total")
+	if err != nil {
+		return 0, nil, err
+	}
+	claims, err := sc.buckets(claimMetric)
+	return cpu, claims, err
 }
 
 // waitFinished waits for every job's success to be stored, reporting

@@ -15,23 +15,20 @@ type serverMemory struct {
 
 func (s *serverProc) memory(ctx context.Context) (serverMemory, error) {
 	var m serverMemory
-	for _, f := range []struct {
-		name string
-		into *float64
-	}{
-		{"go_memstats_heap_inuse_bytes", &m.heapStack}, {"go_memstats_stack_inuse_bytes", nil},
-		{"process_resident_memory_bytes", &m.rss}, {"go_goroutines", &m.goroutines},
+	sc, err := s.scrape(ctx)
+	if err != nil {
+		return m, err
+	}
+	var heap, stack float64
+	for name, into := range map[string]*float64{
+		"go_memstats_heap_inuse_bytes": &heap, "go_memstats_stack_inuse_bytes": &stack,
+		"process_resident_memory_bytes": &m.rss, "go_goroutines": &m.goroutines,
 	} {
-		v, err := s.metric(ctx, f.name)
-		if err != nil {
+		if *into, err = sc.sum(name); err != nil {
 			return m, err
 		}
-		if f.into == nil {
-			m.heapStack += v
-		} else {
-			*f.into += v
-		}
 	}
+	m.heapStack = heap + stack
 	return m, nil
 }
 

@@ -6,13 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -170,40 +168,6 @@ func (s *serverProc) logTail() string {
 // wsURL is where agents connect.
 func (s *serverProc) wsURL() string { return "ws" + strings.TrimPrefix(s.url, "http") + "/ws" }
 
-// metric reads the sum of every sample of a metric family from /metrics.
-func (s *serverProc) metric(ctx context.Context, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || len(line) == len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, fmt.Errorf("metric %s: %w", name, err)
-		}
-		sum, found = sum+v, true
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if !found {
-		return 0, fmt.Errorf("the server's /metrics has no %s", name)
-	}
-	return sum, nil
-}
-
 func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -217,71 +181,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// histogram reads a histogram's cumulative bucket counts (upper bound →
-// count) from /metrics.
-func (s *serverProc) histogram(ctx context.Context, name string) (map[float64]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[float64]float64{}
-	prefix := name + `_bucket{le="`
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), prefix)
-		if !ok {
-			continue
-		}
-		le, count, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		bound, err1 := strconv.ParseFloat(le, 64)
-		n, err2 := strconv.ParseFloat(count, 64)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("metric %s: bad bucket %q", name, sc.Text())
-		}
-		out[bound] = n
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("the server's /metrics has no histogram %s", name)
-	}
-	return out, sc.Err()
-}
-
-// histogramQuantile estimates the q-quantile of what was observed between
-// two readings of a histogram, interpolating linearly inside the bucket
-// as Prometheus's histogram_quantile does.
-func histogramQuantile(before, after map[float64]float64, q float64) time.Duration {
-	bounds := make([]float64, 0, len(after))
-	for b := range after {
-		bounds = append(bounds, b)
-	}
-	slices.Sort(bounds)
-	total := after[math.Inf(1)] - before[math.Inf(1)]
-	if total <= 0 {
-		return 0
-	}
-	rank := q * total
-	lower, below := 0.0, 0.0
-	for _, b := range bounds {
-		n := after[b] - before[b]
-		if n >= rank {
-			if math.IsInf(b, 1) {
-				return time.Duration(lower * float64(time.Second)) // past the last bound: report it
-			}
-			frac := (rank - below) / max(n-below, 1e-9)
-			return time.Duration((lower + (b-lower)*frac) * float64(time.Second))
-		}
-		lower, below = b, n
-	}
-	return 0
 }
