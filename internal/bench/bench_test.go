@@ -133,7 +133,6 @@ func TestBenchRefusesWhatItCannotBound(t *testing.T) {
 func TestBenchReportsAServerThatCannotStart(t *testing.T) {
 	cfg := tiny(t)
 	cfg.Scenarios = []string{bench.ScenarioWebhook}
-	cfg.Env = []string{"KILN_LISTEN=not an address"} // the flag wins; the env still must parse
 	cfg.Binary = "/nonexistent/kiln"
 	_, err := bench.Run(t.Context(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "webhook: start /nonexistent/kiln") {
