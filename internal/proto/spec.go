@@ -4,11 +4,12 @@ package proto
 // workflow wrote them (expressions in step fields are evaluated by the agent,
 // per workflow.md), the environment the orchestrator already evaluated, the
 // expression contexts, and where to get the code. The orchestrator stores the
-// spec without secrets and adds them only in the frame it sends.
+// spec without its checkout and adds that, with the clone credentials, only
+// in the frame it sends (EncodeDispatch): Checkout is the last field so the
+// frame can be assembled from the stored bytes.
 type JobSpec struct {
 	Name        string            `json:"name"`
 	Workflow    string            `json:"workflow"`
-	Checkout    *Checkout         `json:"checkout,omitempty"` // nil: `checkout: false`
 	WorkflowEnv map[string]string `json:"workflow_env,omitempty"`
 	JobEnv      map[string]string `json:"job_env,omitempty"`
 	Steps       []Step            `json:"steps"`
@@ -17,6 +18,7 @@ type JobSpec struct {
 	Contexts  map[string]any    `json:"contexts,omitempty"`
 	Secrets   map[string]string `json:"secrets,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Checkout  *Checkout         `json:"checkout,omitempty"` // nil: `checkout: false`
 }
 
 // Checkout says where the job's code comes from.
