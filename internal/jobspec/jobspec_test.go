@@ -14,7 +14,7 @@ func sample() Job {
 		Agent: proto.JobSpec{Name: "test (1.26)", Workflow: "ci", Steps: []proto.Step{{Name: "s", Run: "go test <./...>"}},
 			Contexts: map[string]any{"event": map[string]any{"ref": "refs/heads/main"}}, TimeoutMS: 1000},
 		Checkout: &Checkout{Source: "gh", Repository: "acme/app", URL: "https://github.com/acme/app.git", Ref: "refs/heads/main", SHA: "abc"},
-		Release: Plan{If: "success()", WorkflowEnv: []Var{{"A", "${{ run.number }}"}}, Needs: []string{"build"}, Workflow: "ci", Attempt: 2},
+		Release:  Plan{If: "success()", WorkflowEnv: []Var{{"A", "${{ run.number }}"}}, Needs: []string{"build"}, Workflow: "ci", Attempt: 2},
 	}
 }
 

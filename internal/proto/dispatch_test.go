@@ -16,7 +16,7 @@ func TestEncodeDispatchIsEncode(t *testing.T) {
 	specs := []JobSpec{
 		{Name: "build", Workflow: "ci", Steps: []Step{{Name: "s", Run: "echo hi"}}},
 		{Name: tricky, Workflow: "ci", WorkflowEnv: map[string]string{"B": "2", "A": tricky}, JobEnv: map[string]string{"X": "1"},
-			Steps: []Step{{Name: "s", Run: "make", Env: map[string]string{"Z": "${{ matrix.go }}"}, Retry: &Retry{MaxAttempts: 3, DelayMS: 10}}},
+			Steps:    []Step{{Name: "s", Run: "make", Env: map[string]string{"Z": "${{ matrix.go }}"}, Retry: &Retry{MaxAttempts: 3, DelayMS: 10}}},
 			Contexts: map[string]any{"event": map[string]any{"ref": "refs/heads/main", "n": 1.5, "list": []any{true, nil, "x"}}, "run": map[string]any{"number": float64(7)}},
 			Secrets:  map[string]string{"TOKEN": "s3cret"}, TimeoutMS: 60000},
 		{},
