@@ -58,7 +58,7 @@ type AgentView struct {
 // are required; Fleet may be nil (agents are then listed from the store, and
 // drain answers unavailable).
 type Deps struct {
-	DB      *store.DB // the engine's handle (engine.DB())
+	DB      *store.DB
 	Engine  Engine
 	Ingress Ingress
 	Logs    *logstore.Store

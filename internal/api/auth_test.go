@@ -9,6 +9,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
@@ -55,7 +56,7 @@ func TestEveryAPIRouteNeedsAToken(t *testing.T) {
 }
 
 func TestUnauthorizedAnswerNamesTheScheme(t *testing.T) {
-	h := apitest.New(t, storetest.New(t))
+	h := apitest.New(t, newSQLite(t))
 	req, _ := http.NewRequest("GET", h.URL+"/api/v1/runs", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -69,7 +70,7 @@ func TestUnauthorizedAnswerNamesTheScheme(t *testing.T) {
 
 func TestExpiredAdminTokenIsRefused(t *testing.T) {
 	clock := storetest.NewClock()
-	db := storetest.New(t, storetest.WithClock(clock.Now))
+	db := storetest.New(t, storetest.WithClock(clock.Now), storetest.ReleaseWith(engine.Release))
 	h := apitest.New(t, db)
 	_, secret, err := db.Auth().CreateAdminToken(ctx, "short", clock.Now().Add(time.Minute))
 	if err != nil {
@@ -84,7 +85,7 @@ func TestExpiredAdminTokenIsRefused(t *testing.T) {
 }
 
 func TestHealthAndReadyNeedNoToken(t *testing.T) {
-	h := apitest.New(t, storetest.New(t))
+	h := apitest.New(t, newSQLite(t))
 	for _, path := range []string{"/health", "/ready"} {
 		status, body := raw(t, h, "GET", path, "", "Authorization", "")
 		if status != http.StatusOK || !strings.Contains(string(body), `"ok"`) {
@@ -97,7 +98,7 @@ func TestHealthAndReadyNeedNoToken(t *testing.T) {
 }
 
 func TestReadyAndAuthWhenTheDatabaseIsGone(t *testing.T) {
-	db := storetest.New(t)
+	db := newSQLite(t)
 	h := apitest.New(t, db)
 	db.Close()
 	status, body := raw(t, h, "GET", "/ready", "")

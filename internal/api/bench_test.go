@@ -8,13 +8,14 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
 // BenchmarkLogHistory reads a 10,000-line step log through the API and the
 // client (NDJSON over loopback HTTP).
 func BenchmarkLogHistory(b *testing.B) {
-	h := apitest.New(b, storetest.New(b))
+	h := apitest.New(b, storetest.New(b, storetest.ReleaseWith(engine.Release)))
 	h.Dispatch(b)
 	l := h.Claim(b, "agent-1")
 	const n = 10000
@@ -39,7 +40,7 @@ func BenchmarkLogHistory(b *testing.B) {
 // the job, and waits for each batch to reach the client: the live path
 // agent → log store → API → viewer.
 func BenchmarkLogFollow(b *testing.B) {
-	h := apitest.New(b, storetest.New(b))
+	h := apitest.New(b, storetest.New(b, storetest.ReleaseWith(engine.Release)))
 	h.Dispatch(b)
 	l := h.Claim(b, "agent-1")
 	got := make(chan api.LogLine, 1024)

@@ -12,6 +12,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
@@ -24,7 +25,7 @@ var ctx = context.Background()
 func forEach(t *testing.T, fn func(t *testing.T, h *apitest.Harness), opts ...apitest.Option) {
 	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
 		fn(t, apitest.New(t, db, opts...))
-	})
+	}, storetest.ReleaseWith(engine.Release))
 }
 
 // wantCode asserts err is a *kiln.Error with code.
@@ -94,4 +95,6 @@ func wantErrorBody(t *testing.T, got int, b []byte, status int, code kiln.Code, 
 	}
 }
 
-func newSQLite(t *testing.T) *store.DB { return storetest.New(t) }
+func newSQLite(t *testing.T) *store.DB {
+	return storetest.New(t, storetest.ReleaseWith(engine.Release))
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
@@ -26,7 +27,7 @@ type opHarness struct {
 
 func newOp(t *testing.T) *opHarness {
 	t.Helper()
-	h := apitest.New(t, storetest.New(t))
+	h := apitest.New(t, storetest.New(t, storetest.ReleaseWith(engine.Release)))
 	return &opHarness{Harness: h, vars: map[string]string{EnvServer: h.URL, EnvToken: h.Token}}
 }
 

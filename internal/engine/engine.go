@@ -15,10 +15,16 @@ import (
 )
 
 // Dispatcher is what the engine needs from the fleet: offer newly queued
-// jobs to idle agents, and tell an agent to stop a job.
+// jobs to idle agents, tell an agent to stop a job, and hear what the
+// fleet's own store operations committed (jobs its agents finished, jobs
+// requeued after an agent was lost), which the engine applies as it applies
+// its own.
 type Dispatcher interface {
 	Wake(jobs []store.JobRef)
 	Cancel(t store.CancelTarget, force bool, reason string)
+	// Effects delivers the Effects of the dispatcher's store operations in
+	// commit order, and is closed once the dispatcher has stopped.
+	Effects() <-chan store.Effects
 }
 
 // Config configures the engine.
@@ -28,6 +34,8 @@ type Config struct {
 	CancelGrace     time.Duration // a cancelling job its agent does not confirm is cancelled after this
 	Clock           func() time.Time
 	Logger          *slog.Logger
+	// Hooks are told what the engine does, for metrics.
+	Hooks Hooks
 }
 
 // Defaults.
@@ -58,45 +66,32 @@ func (c Config) withDefaults() Config {
 
 // Engine creates runs and applies the consequences of every store change.
 type Engine struct {
-	db  *store.DB // with the engine's Releaser
+	db  *store.DB
+	d   Dispatcher // nil: no agents to tell
 	cfg Config
 	log *slog.Logger
 
 	mu         sync.Mutex
-	dispatcher Dispatcher
-	hooks      Hooks
 	watchers   map[chan store.RunChange]struct{}
 	cancelAt   map[string]time.Time // run id → when a graceful cancel was asked
 	unroutable map[string]time.Time // job id → since when no known agent could run it
 }
 
-// New returns an engine over db. Use DB() for every store operation that can
-// release jobs, so they are released through the engine.
-func New(db *store.DB, cfg Config) *Engine {
+// New returns an engine creating runs in db, which must have been opened
+// with Release as its Releaser, and waking and cancelling jobs through d
+// (the fleet), whose store operations' Effects it applies while it runs. d
+// may be nil where nothing dispatches (tests, tools).
+func New(db *store.DB, d Dispatcher, cfg Config) *Engine {
 	cfg = cfg.withDefaults()
-	e := &Engine{
-		cfg: cfg, log: cfg.Logger,
+	return &Engine{
+		db: db, d: d, cfg: cfg, log: cfg.Logger,
 		watchers: map[chan store.RunChange]struct{}{}, cancelAt: map[string]time.Time{}, unroutable: map[string]time.Time{},
 	}
-	e.db = db.WithReleaser(release)
-	return e
-}
-
-// DB is the store handle whose operations release jobs through the engine.
-func (e *Engine) DB() *store.DB { return e.db }
-
-// Attach connects the dispatcher (the fleet); the two depend on each other,
-// so the composition root builds the engine, then the fleet, then attaches.
-func (e *Engine) Attach(d Dispatcher) {
-	e.mu.Lock()
-	e.dispatcher = d
-	e.mu.Unlock()
 }
 
 // Hooks are told what the engine does, for metrics. They are called
-// synchronously on the engine's paths (the fleet's commit loop among them),
-// so they must be quick, must not block and must not call the engine. A nil
-// field is not called.
+// synchronously on the engine's paths, so they must be quick, must not
+// block and must not call the engine. A nil field is not called.
 type Hooks struct {
 	// Applied receives every Effects the engine applies: jobs queued and
 	// finished, runs whose status changed.
@@ -104,13 +99,6 @@ type Hooks struct {
 	// Unroutable receives how many queued jobs the unroutable probe failed
 	// (not those the queue expiry found unroutable).
 	Unroutable func(jobs int)
-}
-
-// SetHooks installs the hooks, replacing any installed before.
-func (e *Engine) SetHooks(h Hooks) {
-	e.mu.Lock()
-	e.hooks = h
-	e.mu.Unlock()
 }
 
 // Apply acts on what a store operation committed: queued jobs are offered to
@@ -122,18 +110,15 @@ func (e *Engine) Apply(eff store.Effects) {
 
 // apply is Apply with the reason given to agents told to cancel jobs.
 func (e *Engine) apply(eff store.Effects, cancelReason string) {
-	e.mu.Lock()
-	d, applied := e.dispatcher, e.hooks.Applied
-	e.mu.Unlock()
-	if applied != nil {
-		applied(eff)
+	if e.cfg.Hooks.Applied != nil {
+		e.cfg.Hooks.Applied(eff)
 	}
-	if d != nil {
+	if e.d != nil {
 		if len(eff.Queued) > 0 {
-			d.Wake(eff.Queued)
+			e.d.Wake(eff.Queued)
 		}
 		for _, t := range eff.Cancel {
-			d.Cancel(t, false, cancelReason)
+			e.d.Cancel(t, false, cancelReason)
 		}
 	}
 	for _, rc := range eff.Runs {
@@ -274,17 +259,14 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason string) (store.Run, e
 
 // forceAgents tells the agents of a run's unfinished jobs to kill them now.
 func (e *Engine) forceAgents(run store.Run, reason string) {
-	e.mu.Lock()
-	d := e.dispatcher
-	e.mu.Unlock()
-	if d == nil {
+	if e.d == nil {
 		return
 	}
 	for _, j := range run.Jobs {
 		switch j.Status {
 		case kiln.JobDispatched, kiln.JobRunning, kiln.JobCancelling:
 			if j.AgentID != "" {
-				d.Cancel(store.CancelTarget{JobID: j.ID, RunID: j.RunID, Name: j.Name, AgentID: j.AgentID, Epoch: j.LeaseEpoch}, true, reason)
+				e.d.Cancel(store.CancelTarget{JobID: j.ID, RunID: j.RunID, Name: j.Name, AgentID: j.AgentID, Epoch: j.LeaseEpoch}, true, reason)
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
@@ -26,6 +27,8 @@ type recorder struct {
 	mu      sync.Mutex
 	woken   []store.JobRef
 	cancels []cancelCall
+	// effects, when set, stands for the fleet's own store operations.
+	effects chan store.Effects
 }
 
 type cancelCall struct {
@@ -44,6 +47,10 @@ func (r *recorder) Cancel(t store.CancelTarget, force bool, _ string) {
 	defer r.mu.Unlock()
 	r.cancels = append(r.cancels, cancelCall{t, force})
 }
+
+// Effects is nil unless a test set it: the tests apply what their store
+// operations return.
+func (r *recorder) Effects() <-chan store.Effects { return r.effects }
 
 func (r *recorder) wokenNames() []string {
 	r.mu.Lock()
@@ -65,10 +72,12 @@ type bundle struct {
 func setup(t *testing.T, db func(t *testing.T, clock *storetest.Clock) *store.DB) bundle {
 	clock := storetest.NewClock()
 	d := db(t, clock)
-	eng := New(d, Config{Clock: clock.Now, UnroutableGrace: time.Minute, CancelGrace: time.Minute})
 	rec := &recorder{}
-	eng.Attach(rec)
-	return bundle{eng: eng, db: eng.DB(), rec: rec, clock: clock}
+	return bundle{eng: New(d, rec, testConfig(clock)), db: d, rec: rec, clock: clock}
+}
+
+func testConfig(clock *storetest.Clock) Config {
+	return Config{Clock: clock.Now, UnroutableGrace: time.Minute, CancelGrace: time.Minute}
 }
 
 // forEach runs fn on SQLite and PostgreSQL.
@@ -76,7 +85,7 @@ func forEach(t *testing.T, fn func(t *testing.T, b bundle)) {
 	for _, be := range storetest.Backends {
 		t.Run(be.Name, func(t *testing.T) {
 			fn(t, setup(t, func(t *testing.T, clock *storetest.Clock) *store.DB {
-				d, err := store.Open(context.Background(), store.Config{URL: be.URL(t), Clock: clock.Now})
+				d, err := store.Open(context.Background(), store.Config{URL: be.URL(t), Clock: clock.Now, Releaser: Release})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -152,13 +161,14 @@ func finish(t *testing.T, b bundle, agent kiln.AgentLabels, name string, status 
 	b.eng.Apply(eff)
 }
 
+// specOf returns the agent's part of a stored spec.
 func specOf(t *testing.T, raw json.RawMessage) proto.JobSpec {
 	t.Helper()
-	var bl blob
-	if err := json.Unmarshal(raw, &bl); err != nil {
+	j, err := jobspec.Decode(raw)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return bl.Spec
+	return j.Agent
 }
 
 var linux = kiln.AgentLabels{Labels: kiln.NewLabels("linux", "amd64", "local")}
@@ -193,8 +203,13 @@ jobs:
 		if spec.WorkflowEnv["GREETING"] != "hello alice" || spec.JobEnv["TARGET"] != "main-"+itoa(run.Number) {
 			t.Fatalf("env not evaluated at release: %v %v", spec.WorkflowEnv, spec.JobEnv)
 		}
-		if spec.Checkout == nil || spec.Checkout.SHA != strings.Repeat("a", 40) || spec.Checkout.URL != "file:///srv/acme/app.git" {
-			t.Fatalf("checkout: %+v", spec.Checkout)
+		stored, err := jobspec.Decode(build.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if co := stored.Checkout; co == nil || co.SHA != strings.Repeat("a", 40) || co.URL != "file:///srv/acme/app.git" ||
+			co.Source != "src" || co.Repository != "acme/app" || co.Ref != "refs/heads/main" || spec.Checkout != nil {
+			t.Fatalf("checkout: %+v (agent's: %+v)", co, spec.Checkout)
 		}
 		if spec.Steps[0].Run != `echo "${{ env.GREETING }}"` {
 			t.Fatalf("step run must stay a template for the agent: %q", spec.Steps[0].Run)

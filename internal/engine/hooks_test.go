@@ -38,7 +38,9 @@ func TestHooksSeeFinishedJobsRunsAndUnroutable(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
 		h := &hookLog{}
-		b.eng.SetHooks(h.hooks())
+		cfg := testConfig(b.clock)
+		cfg.Hooks = h.hooks()
+		b.eng = New(b.db, b.rec, cfg)
 		if err := b.db.Auth().UpsertAgent(ctx, agentRecord("linux-1", linux)); err != nil {
 			t.Fatal(err)
 		}

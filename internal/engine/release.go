@@ -1,27 +1,28 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/expr"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/store"
 )
 
-// release is the engine's store.Releaser: for a job whose needs are met it
-// evaluates `if:`, then workflow env, job env, matrix values and runs_on,
-// and returns the job's final spec. It is pure (no I/O) because it runs
+// Release is the engine's store.Releaser, given to store.Open: for a job
+// whose needs are met it evaluates `if:`, then workflow env, job env,
+// matrix values and runs_on, and returns the job's final spec. It is pure —
+// no I/O, only a bounded cache of parsed expressions — because it runs
 // inside the store's write transaction. A job whose expressions fail to
 // evaluate fails with the reason, naming the expression.
-func release(job store.ReadyJob) store.Release {
-	var b blob
-	if err := json.Unmarshal(job.Spec, &b); err != nil {
+func Release(job store.ReadyJob) store.Release {
+	b, err := jobspec.Decode(job.Spec)
+	if err != nil {
 		return store.Release{Fail: "internal error: the job's stored spec does not decode"}
 	}
 	rp := b.Release
-	ctx := b.Spec.Contexts
+	ctx := b.Agent.Contexts
 	if ctx == nil {
 		ctx = map[string]any{}
 	}
@@ -76,12 +77,12 @@ func release(job store.ReadyJob) store.Release {
 		}
 		rel.Requirement = &req
 	}
-	b.Spec.WorkflowEnv, b.Spec.JobEnv = wfEnv, jobEnv
+	b.Agent.WorkflowEnv, b.Agent.JobEnv = wfEnv, jobEnv
 	// The agent evaluates step expressions with these contexts; it adds
 	// env (from the two env maps) and job itself.
 	delete(ctx, "env")
-	b.Spec.Contexts = ctx
-	spec, err := json.Marshal(b)
+	b.Agent.Contexts = ctx
+	spec, err := b.Encode()
 	if err != nil {
 		return store.Release{Fail: "internal error: the job's spec does not encode"}
 	}
@@ -123,7 +124,7 @@ func sortedKeys(m map[string]string) []string {
 }
 
 func evalCond(src string, ctx map[string]any) (bool, error) {
-	e, err := expr.ParseCondition(src)
+	e, err := parsed.condition(src)
 	if err != nil {
 		return false, fmt.Errorf("if: %v", err)
 	}
@@ -135,7 +136,7 @@ func evalCond(src string, ctx map[string]any) (bool, error) {
 }
 
 func render(src string, ctx map[string]any) (string, error) {
-	t, err := expr.ParseTemplate(src)
+	t, err := parsed.template(src)
 	if err != nil {
 		return "", err
 	}
@@ -145,7 +146,7 @@ func render(src string, ctx map[string]any) (string, error) {
 	return t.Render(&expr.Env{Contexts: ctx})
 }
 
-func renderEnv(entries []envEntry, ctx map[string]any, what string) (map[string]string, error) {
+func renderEnv(entries []jobspec.Var, ctx map[string]any, what string) (map[string]string, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/workflow"
 )
@@ -104,8 +105,7 @@ func reusable(jobs []store.Job) map[string]store.Reused {
 // attemptOf reads the attempt number the run's jobs were created with.
 func attemptOf(r store.Run) int {
 	for _, j := range r.Jobs {
-		var b blob
-		if json.Unmarshal(j.Spec, &b) == nil && b.Release.Attempt > 0 {
+		if b, err := jobspec.Decode(j.Spec); err == nil && b.Release.Attempt > 0 {
 			return b.Release.Attempt
 		}
 	}

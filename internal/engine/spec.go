@@ -7,38 +7,11 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/expr"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/workflow"
 )
-
-// blob is what the engine stores as a job's spec: the agent's JobSpec as far
-// as it is known when the run is created, and the source text of the
-// expressions the orchestrator evaluates when the job is released. Keeping
-// the sources in the job makes the Releaser self-contained: it needs no
-// workflow cache and no I/O inside the store's transaction.
-type blob struct {
-	Spec    proto.JobSpec `json:"spec"`
-	Release releasePlan   `json:"release"`
-}
-
-type releasePlan struct {
-	If          string     `json:"if,omitempty"`
-	RunsOn      []string   `json:"runs_on,omitempty"`
-	Exclude     []string   `json:"exclude,omitempty"`
-	WorkflowEnv []envEntry `json:"workflow_env,omitempty"`
-	JobEnv      []envEntry `json:"job_env,omitempty"`
-	Matrix      []envEntry `json:"matrix,omitempty"` // key and value template, in order
-	Needs       []string   `json:"needs,omitempty"`  // the job ids this job needs
-	Workflow    string     `json:"workflow"`
-	// Attempt is the run's attempt: 1, or one more than the run it reruns.
-	Attempt int `json:"attempt"`
-}
-
-type envEntry struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
 
 // runInput is everything a new run is built from.
 type runInput struct {
@@ -144,8 +117,16 @@ func orEmpty(m map[string]any) map[string]any {
 	return m
 }
 
+// newJob builds one matrix child's NewJob: its stored spec (jobspec.Job)
+// holds the agent's spec as far as it is known now, where the code lives,
+// and the source text of what release evaluates — whose parsed form from
+// workflow.Parse is kept, so releasing the job parses nothing again.
 func newJob(in runInput, j *workflow.Job, v workflow.Variant, contexts map[string]any) (store.NewJob, error) {
-	b := blob{Spec: jobSpec(in, j, v, contexts), Release: releasePlan{Workflow: in.wf.Name, Attempt: max(in.attempt, 1)}}
+	b := jobspec.Job{Agent: jobSpec(in, j, v, contexts), Release: jobspec.Plan{Workflow: in.wf.Name, Attempt: max(in.attempt, 1)}}
+	if j.Checkout {
+		b.Checkout = &jobspec.Checkout{Source: in.source, Repository: in.event.Repository,
+			URL: in.event.CloneURL, Ref: in.event.Ref, SHA: in.event.SHA}
+	}
 	rp := &b.Release
 	if j.If != nil {
 		rp.If = j.If.String()
@@ -155,22 +136,22 @@ func newJob(in runInput, j *workflow.Job, v workflow.Variant, contexts map[strin
 		rp.RunsOn, rp.Exclude = sources(j.RunsOn), sources(j.ExcludeLabels)
 	}
 	for _, e := range in.wf.Env {
-		rp.WorkflowEnv = append(rp.WorkflowEnv, envEntry{e.Name, e.Value.Source()})
+		rp.WorkflowEnv = append(rp.WorkflowEnv, variable(e.Name, e.Value))
 	}
 	for _, e := range j.Env {
-		rp.JobEnv = append(rp.JobEnv, envEntry{e.Name, e.Value.Source()})
+		rp.JobEnv = append(rp.JobEnv, variable(e.Name, e.Value))
 	}
 	for _, kv := range v.Values {
-		rp.Matrix = append(rp.Matrix, envEntry{kv.Key, kv.Template.Source()})
+		rp.Matrix = append(rp.Matrix, variable(kv.Key, kv.Template))
 	}
 	var needs []store.NeedEdge
 	for _, n := range j.Needs {
 		rp.Needs = append(rp.Needs, n.Job)
 		needs = append(needs, store.NeedEdge{Job: n.Job, Accept: slices.Clone(n.When)})
 	}
-	raw, err := json.Marshal(b)
+	raw, err := b.Encode()
 	if err != nil {
-		return store.NewJob{}, fmt.Errorf("encode job %s: %w", v.Name, err)
+		return store.NewJob{}, err
 	}
 	nj := store.NewJob{
 		Name: v.Name, Base: j.ID, Needs: needs,
@@ -193,15 +174,13 @@ func newJob(in runInput, j *workflow.Job, v workflow.Variant, contexts map[strin
 }
 
 // jobSpec is the agent's view of the job, without what release fills in
-// (job env, the needs and matrix contexts) or dispatch adds (credentials).
+// (job env, the needs and matrix contexts) or dispatch adds (the checkout,
+// with credentials).
 func jobSpec(in runInput, j *workflow.Job, v workflow.Variant, contexts map[string]any) proto.JobSpec {
 	spec := proto.JobSpec{
 		Name: v.Name, Workflow: in.wf.Name,
 		Contexts:  map[string]any{"event": contexts["event"], "inputs": contexts["inputs"]},
 		TimeoutMS: j.Timeout.Milliseconds(),
-	}
-	if j.Checkout {
-		spec.Checkout = &proto.Checkout{URL: in.event.CloneURL, Ref: in.event.Ref, SHA: in.event.SHA}
 	}
 	for _, s := range j.Steps {
 		ps := proto.Step{
@@ -254,10 +233,20 @@ func literalRequirement(j *workflow.Job) (kiln.Requirement, bool) {
 	return kiln.Requirement{RunsOn: kiln.NewLabels(on...), Exclude: kiln.NewLabels(ex...)}, true
 }
 
+// sources returns the templates' source text, keeping their parsed form
+// for release.
 func sources(ts []*expr.Template) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.Source()
+		parsed.keep(t)
 	}
 	return out
+}
+
+// variable is a name and its value's source text, keeping the parsed form
+// for release.
+func variable(name string, t *expr.Template) jobspec.Var {
+	parsed.keep(t)
+	return jobspec.Var{Name: name, Value: t.Source()}
 }

@@ -4,13 +4,28 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kilnci/kiln"
 )
 
-// Run runs the engine's sweeps until ctx ends.
+// Run applies the Effects the dispatcher reports and runs the engine's
+// sweeps until ctx ends. It returns once, besides, the dispatcher has
+// closed its Effects (the fleet does when its Run returns), so what the
+// fleet's last operations committed is still applied.
 func (e *Engine) Run(ctx context.Context) error {
+	var applying sync.WaitGroup
+	if e.d != nil {
+		if effects := e.d.Effects(); effects != nil {
+			applying.Go(func() {
+				for eff := range effects {
+					e.Apply(eff)
+				}
+			})
+		}
+	}
+	defer applying.Wait()
 	t := time.NewTicker(e.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -169,10 +184,7 @@ func (e *Engine) sweepUnroutable(ctx context.Context) error {
 			return err
 		}
 		e.log.Warn("jobs no agent can run failed as unroutable", "requirement", k, "jobs", len(res.Jobs))
-		e.mu.Lock()
-		unroutable := e.hooks.Unroutable
-		e.mu.Unlock()
-		if unroutable != nil && len(res.Jobs) > 0 {
+		if unroutable := e.cfg.Hooks.Unroutable; unroutable != nil && len(res.Jobs) > 0 {
 			unroutable(len(res.Jobs))
 		}
 		e.Apply(res.Effects)

@@ -11,7 +11,8 @@ import (
 // The committer is the one writer of job state. Connections, the dispatcher
 // and the disconnect function hand it operations; it runs as many as are
 // waiting in one transaction (one commit, one fsync, for many agents), then
-// gives the engine the merged effects in commit order and wakes the callers.
+// emits the merged effects for the engine in commit order and wakes the
+// callers.
 //
 // Because every operation about an agent's jobs passes through it, they are
 // ordered: a claim for an agent and that agent's loss commit one after the
@@ -37,7 +38,7 @@ var errStopped = errors.New("fleet: the orchestrator is shutting down")
 
 type committer struct {
 	db    *store.DB
-	eng   Engine
+	emit  func(store.Effects)
 	max   int
 	ch    chan *op
 	stop  chan struct{}
@@ -51,8 +52,8 @@ type committer struct {
 	stopped bool
 }
 
-func newCommitter(db *store.DB, eng Engine, max int, log func(string, ...any), stats *counters) *committer {
-	return &committer{db: db, eng: eng, max: max, ch: make(chan *op, 4*max),
+func newCommitter(db *store.DB, emit func(store.Effects), max int, log func(string, ...any), stats *counters) *committer {
+	return &committer{db: db, emit: emit, max: max, ch: make(chan *op, 4*max),
 		stop: make(chan struct{}), done: make(chan struct{}), log: log, stats: stats}
 }
 
@@ -208,7 +209,7 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 		merged.Runs = append(merged.Runs, e.Runs...)
 	}
 	if len(merged.Queued)+len(merged.Finished)+len(merged.Cancel)+len(merged.Runs) > 0 {
-		cm.eng.Apply(merged)
+		cm.emit(merged)
 	}
 	for i, o := range batch {
 		if o.done != nil {

@@ -15,8 +15,8 @@ import (
 // The committer runs the operations waiting together in one transaction:
 // consecutive completions as one CompleteBatch, a refusal as that
 // operation's answer, and an operation that fails the transaction retried
-// alone so that only it fails. The engine gets the effects once, after the
-// commit.
+// alone so that only it fails. The effects are emitted once, after the
+// commit, and an operation that changed nothing emits none.
 func TestCommitterBatch(t *testing.T) {
 	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
 		nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
@@ -32,13 +32,13 @@ func TestCommitterBatch(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var applied []store.Effects
-		eng := engineFunc(func(eff store.Effects) {
+		emit := func(eff store.Effects) {
 			mu.Lock()
 			applied = append(applied, eff)
 			mu.Unlock()
-		})
+		}
 		var counters counters
-		cm := newCommitter(db, eng, 16, func(string, ...any) {}, &counters)
+		cm := newCommitter(db, emit, 16, func(string, ...any) {}, &counters)
 		complete := func(c store.Claimed, epoch int64) *op {
 			return &op{complete: &store.Completion{Lease: store.Lease{JobID: c.JobID, Epoch: epoch}, Status: kiln.JobSuccess}, done: make(chan error, 1)}
 		}
@@ -84,7 +84,3 @@ func TestCommitterBatch(t *testing.T) {
 		}
 	})
 }
-
-type engineFunc func(store.Effects)
-
-func (f engineFunc) Apply(e store.Effects) { f(e) }

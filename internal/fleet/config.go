@@ -1,14 +1,12 @@
 package fleet
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/kilnci/kiln/internal/proto"
-	"github.com/kilnci/kiln/internal/store"
 )
 
 // Defaults for Config beyond the protocol's own (proto.Default*).
@@ -87,10 +85,6 @@ type Config struct {
 	// for the auth and register deadlines are real.
 	Clock  func() time.Time
 	Logger *slog.Logger
-	// Decorate, if set, completes a job's spec right before it is sent:
-	// clone credentials and secrets, which are never stored in the queue.
-	// An error requeues the job (its attempt counted).
-	Decorate func(ctx context.Context, c store.Claimed, spec *proto.JobSpec) error
 }
 
 func (c Config) withDefaults() Config {

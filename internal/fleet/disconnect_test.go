@@ -117,7 +117,7 @@ func TestEveryDisconnectPathReleasesWaiters(t *testing.T) {
 			}
 			if p.name == "shutdown" {
 				// The store is left for the next process.
-				db, err := store.Open(bg, store.Config{URL: h.dbURL})
+				db, err := store.Open(bg, store.Config{URL: h.dbURL, Releaser: storetest.QueueAsCreated})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	gojson "github.com/goccy/go-json"
-
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -373,8 +372,8 @@ func (d *dispatcher) deliverAll(ctx context.Context, a *agent, cs []store.Claime
 }
 
 // deliver sends a held job to its agent. A job that cannot be sent leaves
-// the agent's slots and is failed (its spec is unreadable) or requeued
-// (Decorate failed).
+// the agent's slots and is failed (its spec is unreadable) or requeued (no
+// checkout could be made for it).
 func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
 	f := d.f
 	l := store.Lease{JobID: c.JobID, Epoch: c.Epoch}
@@ -388,20 +387,22 @@ func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
 			return tx.Jobs().Complete(ctx, store.Completion{Lease: l, Status: kiln.JobFailed, Error: why})
 		})
 	}
-	spec, err := decodeSpec(c.Spec)
+	spec, err := jobspec.DecodeSendable(c.Spec)
 	if err != nil {
 		f.log.Error("fleet: a job's spec cannot be read; failing it", "job_id", c.JobID, "err", err)
 		fail("kiln could not read the job's specification: "+err.Error(), false)
 		return
 	}
-	if f.cfg.Decorate != nil {
-		if err := f.cfg.Decorate(ctx, c, &spec); err != nil {
+	var checkout *proto.Checkout
+	if spec.Checkout != nil {
+		if checkout, err = f.creds.Checkout(ctx, *spec.Checkout); err != nil {
 			f.log.Error("fleet: preparing a dispatch failed; requeueing the job", "job_id", c.JobID, "err", err)
 			fail("preparing the dispatch failed: "+err.Error(), true)
 			return
 		}
 	}
-	frame, err := proto.Encode(0, &proto.Dispatch{JobID: c.JobID, RunID: c.RunID, LeaseEpoch: c.Epoch, Attempt: c.Attempt, Spec: spec})
+	// The spec goes out as it was stored, only the checkout added.
+	frame, err := proto.EncodeDispatch(&proto.Dispatch{JobID: c.JobID, RunID: c.RunID, LeaseEpoch: c.Epoch, Attempt: c.Attempt}, spec.Agent, checkout)
 	if err != nil {
 		f.log.Error("fleet: a dispatch cannot be encoded; failing the job", "job_id", c.JobID, "err", err)
 		fail("kiln could not send the job to an agent: "+err.Error(), false)
@@ -434,21 +435,6 @@ func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
 	if cancel != nil && cancel.LeaseEpoch == c.Epoch {
 		_ = a.c.send(cancel)
 	}
-}
-
-// decodeSpec reads the JobSpec out of the spec the engine stored:
-// {"spec": JobSpec, …}.
-func decodeSpec(raw []byte) (proto.JobSpec, error) {
-	var env struct {
-		Spec *proto.JobSpec `json:"spec"`
-	}
-	if err := gojson.Unmarshal(raw, &env); err != nil {
-		return proto.JobSpec{}, fmt.Errorf("the stored spec is not JSON: %w", err)
-	}
-	if env.Spec == nil {
-		return proto.JobSpec{}, fmt.Errorf("the stored spec has no \"spec\" object")
-	}
-	return *env.Spec, nil
 }
 
 // explain writes the pending reason of the keys still waiting, when it

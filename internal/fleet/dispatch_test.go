@@ -3,12 +3,15 @@ package fleet
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
@@ -221,34 +224,71 @@ func TestCancel(t *testing.T) {
 	})
 }
 
-// Decorate adds what is never stored (secrets) right before the dispatch
-// is sent; when it fails, the job is requeued with the attempt counted.
-func TestDecorate(t *testing.T) {
-	cfg := fastConfig()
-	var fail atomic.Bool
-	cfg.Decorate = func(_ context.Context, c store.Claimed, spec *proto.JobSpec) error {
-		if fail.Load() {
-			return errors.New("the secret store is down")
-		}
-		spec.Secrets = map[string]string{"TOKEN": "s3cret"}
-		return nil
-	}
-	h := start(t, storetest.Backends[0], options{cfg: cfg})
+// The checkout is made when the job is sent: the fleet asks its clone
+// credentials with where the job's code lives, and sends what they return
+// (credentials included) without storing it; when they fail, the job is
+// requeued with the attempt counted. A job without a checkout is sent
+// without one, and the credentials are not asked.
+func TestCloneCredentials(t *testing.T) {
+	creds := &testCredentials{}
+	h := start(t, storetest.Backends[0], options{cfg: fastConfig(), creds: creds})
 	_, secret := h.token(store.AgentTokenSpec{})
 	c, _ := h.connect(secret, reg{id: "a"})
-	_, jobs := h.run(job("j", "linux"))
+	src := &jobspec.Checkout{Source: "gh", Repository: "acme/app", URL: "https://forge/acme/app.git", Ref: "refs/heads/main", SHA: "abc"}
+	j := job("j", "linux")
+	j.checkout = src
+	_, jobs := h.run(j)
 	d := expect[*proto.Dispatch](c)
-	if d.Spec.Secrets["TOKEN"] != "s3cret" {
-		t.Fatalf("spec %+v", d.Spec)
+	want := proto.Checkout{URL: "https://x-access@forge/acme/app.git", Ref: "refs/heads/main", SHA: "abc",
+		Auth: &proto.GitAuth{Username: "x-access-token", Password: "s3cret"}}
+	if d.Spec.Checkout == nil || !reflect.DeepEqual(*d.Spec.Checkout, want) || d.Spec.Name != "j" || len(d.Spec.Steps) != 1 {
+		t.Fatalf("spec %+v, checkout %+v", d.Spec, d.Spec.Checkout)
+	}
+	if asked := creds.asked(); len(asked) != 1 || asked[0] != *src {
+		t.Fatalf("credentials asked for %+v, want %+v", asked, *src)
 	}
 	if j := h.job(jobs["j"]); strings.Contains(string(j.Spec), "s3cret") {
-		t.Fatal("a secret was stored")
+		t.Fatal("a credential was stored")
 	}
 	c.runJob(d, kiln.JobSuccess)
-	fail.Store(true)
-	_, jobs = h.run(job("k", "linux"))
+
+	_, _ = h.run(job("plain", "linux"))
+	if d := expect[*proto.Dispatch](c); d.Spec.Checkout != nil || len(creds.asked()) != 1 {
+		t.Fatalf("a job without a checkout was sent %+v (credentials asked %d times)", d.Spec.Checkout, len(creds.asked()))
+	} else {
+		c.runJob(d, kiln.JobSuccess)
+	}
+
+	creds.fail.Store(true)
+	k := job("k", "linux")
+	k.checkout = src
+	_, jobs = h.run(k)
 	eventually(t, "the job fails after its attempts", func() bool {
 		j := h.job(jobs["k"])
-		return j.Status == kiln.JobFailed && strings.Contains(j.Error, "secret store is down") && j.Attempts == store.DefaultMaxAttempts
+		return j.Status == kiln.JobFailed && strings.Contains(j.Error, "token service is down") && j.Attempts == store.DefaultMaxAttempts
 	})
+}
+
+// testCredentials mints a fixed credential, or fails.
+type testCredentials struct {
+	fail atomic.Bool
+	mu   sync.Mutex
+	srcs []jobspec.Checkout
+}
+
+func (c *testCredentials) Checkout(_ context.Context, src jobspec.Checkout) (*proto.Checkout, error) {
+	c.mu.Lock()
+	c.srcs = append(c.srcs, src)
+	c.mu.Unlock()
+	if c.fail.Load() {
+		return nil, errors.New("the token service is down")
+	}
+	return &proto.Checkout{URL: "https://x-access@forge/" + src.Repository + ".git", Ref: src.Ref, SHA: src.SHA,
+		Auth: &proto.GitAuth{Username: "x-access-token", Password: "s3cret"}}, nil
+}
+
+func (c *testCredentials) asked() []jobspec.Checkout {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]jobspec.Checkout(nil), c.srcs...)
 }

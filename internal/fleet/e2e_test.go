@@ -17,6 +17,7 @@ import (
 	"github.com/kilnci/kiln"
 	kilnagent "github.com/kilnci/kiln/internal/agent"
 	"github.com/kilnci/kiln/internal/executor"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
@@ -56,7 +57,11 @@ func runAgent(t *testing.T, cfg kilnagent.Config) {
 
 // stepsSpec is a stored spec running the given shell steps.
 func stepsSpec(name string, steps ...proto.Step) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{"spec": proto.JobSpec{Name: name, Workflow: "ci", Steps: steps}})
+	j := jobspec.Job{Agent: proto.JobSpec{Name: name, Workflow: "ci", Steps: steps}}
+	b, err := j.Encode()
+	if err != nil {
+		panic(err)
+	}
 	return b
 }
 

@@ -15,22 +15,18 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
-// Engine receives the effects of every store operation the fleet runs
-// (jobs released into the queue, jobs finished, cancels to send, run
-// changes). It must be quick and must not wait for the fleet: it is called
-// in commit order from the goroutine that commits.
-type Engine interface {
-	Apply(store.Effects)
-}
-
-// Fleet serves agents. It implements the engine's Dispatcher (Wake,
-// Cancel).
+// Fleet serves agents. It is the engine's Dispatcher: the engine wakes it
+// for queued jobs and has it cancel jobs, and applies the Effects its store
+// operations commit (Effects).
 type Fleet struct {
-	db   *store.DB
-	logs *logstore.Store
-	eng  Engine
-	cfg  Config
-	log  *slog.Logger
+	db    *store.DB
+	logs  *logstore.Store
+	creds CloneCredentials
+	cfg   Config
+	log   *slog.Logger
+	// effects carries what the fleet's store operations committed to the
+	// engine, in commit order; closed when Run returns.
+	effects chan store.Effects
 
 	reg   *registry
 	cm    *committer
@@ -58,11 +54,12 @@ type Fleet struct {
 	}
 }
 
-// New returns a fleet serving agents from db, storing their logs in logs and
-// handing the effects of its store operations to eng. Run starts it.
-func New(db *store.DB, logs *logstore.Store, eng Engine, cfg Config) (*Fleet, error) {
-	if db == nil || logs == nil || eng == nil {
-		return nil, errors.New("fleet: a store, a log store and an engine are required")
+// New returns a fleet serving agents from db, storing their logs in logs,
+// and asking creds for the checkout of each job it sends. Run starts it;
+// the engine applies what it commits (Effects).
+func New(db *store.DB, logs *logstore.Store, creds CloneCredentials, cfg Config) (*Fleet, error) {
+	if db == nil || logs == nil || creds == nil {
+		return nil, errors.New("fleet: a store, a log store and clone credentials are required")
 	}
 	cfg = cfg.withDefaults()
 	if db.Dialect() == "sqlite" {
@@ -71,13 +68,34 @@ func New(db *store.DB, logs *logstore.Store, eng Engine, cfg Config) (*Fleet, er
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	f := &Fleet{db: db, logs: logs, eng: eng, cfg: cfg, log: cfg.Logger, reg: newRegistry()}
-	f.cm = newCommitter(db, eng, cfg.MaxBatch, f.log.Error, &f.stats)
+	f := &Fleet{db: db, logs: logs, creds: creds, cfg: cfg, log: cfg.Logger, reg: newRegistry(),
+		effects: make(chan store.Effects, effectsBuffer)}
+	f.cm = newCommitter(db, f.emit, cfg.MaxBatch, f.log.Error, &f.stats)
 	f.disp = newDispatcher(f)
 	return f, nil
 }
 
 func (f *Fleet) now() time.Time { return f.cfg.Clock() }
+
+// effectsBuffer is how many commits' Effects may wait for the engine before
+// the committer waits for it, as it did when it called the engine itself.
+const effectsBuffer = 1024
+
+// Effects delivers what the fleet's store operations committed (jobs
+// queued, finished or to cancel, run changes), in commit order, to the
+// engine, which applies them — waking this fleet for queued jobs among
+// other things. It is closed when Run returns. Someone must read it while
+// the fleet runs: a fleet whose Effects nobody reads stops committing.
+func (f *Fleet) Effects() <-chan store.Effects { return f.effects }
+
+// emit hands the engine what a store operation committed; an operation
+// that changed nothing is not reported. Only the committer and the monitor
+// emit, and both have stopped before Run closes f.effects.
+func (f *Fleet) emit(eff store.Effects) {
+	if len(eff.Queued)+len(eff.Finished)+len(eff.Cancel)+len(eff.Runs) > 0 {
+		f.effects <- eff
+	}
+}
 
 // Handler is the /ws endpoint (proto.Path). It answers 503 until Run has
 // started and after it ended.
@@ -123,6 +141,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	waitFor(&f.handlers, 15*time.Second)
 	f.cm.shutdown()
 	<-cmDone
+	close(f.effects)
 	waitFor(&f.closers, 15*time.Second)
 	return nil
 }

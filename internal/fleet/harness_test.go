@@ -19,6 +19,7 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/executor"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
@@ -38,8 +39,10 @@ func TestMain(m *testing.M) {
 
 var bg = context.Background()
 
-// testEngine stands in for the engine: it records effects and, like the
-// engine, wakes the fleet for queued jobs and forwards cancels.
+// testEngine stands in for the engine: it applies the effects of the
+// fleet's operations (Fleet.Effects) and the harness's own, recording them
+// and, like the engine, waking the fleet for queued jobs and forwarding
+// cancels.
 type testEngine struct {
 	f       atomic.Pointer[Fleet]
 	onApply func(store.Effects)
@@ -83,6 +86,7 @@ type options struct {
 	logDir    string
 	addr      string // listen on this address (a restarted orchestrator)
 	onApply   func(store.Effects)
+	creds     CloneCredentials // default NoCredentials
 }
 
 // fastConfig is a Config with short intervals for tests.
@@ -109,7 +113,7 @@ func backends(t *testing.T, fn func(t *testing.T, backend storetest.Backend)) {
 func start(t testing.TB, b storetest.Backend, o options) *harness {
 	t.Helper()
 	h := &harness{t: t, backend: b.Name, eng: &testEngine{onApply: o.onApply}}
-	scfg := store.Config{URL: o.dbURL}
+	scfg := store.Config{URL: o.dbURL, Releaser: storetest.QueueAsCreated}
 	if scfg.URL == "" {
 		scfg.URL = b.URL(t)
 	}
@@ -138,11 +142,22 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 	if h.clock != nil {
 		cfg.Clock = h.clock.Now
 	}
-	h.f, err = New(db, h.logs, h.eng, cfg)
+	creds := o.creds
+	if creds == nil {
+		creds = NoCredentials{}
+	}
+	h.f, err = New(db, h.logs, creds, cfg)
 	if err != nil {
 		t.Fatalf("new fleet: %v", err)
 	}
 	h.eng.f.Store(h.f)
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		for eff := range h.f.Effects() {
+			h.eng.Apply(eff)
+		}
+	}()
 	h.srv = httptest.NewUnstartedServer(h.f.Handler())
 	if o.addr != "" {
 		h.srv.Listener.Close()
@@ -165,6 +180,7 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 			if err := <-done; err != nil {
 				t.Errorf("run: %v", err)
 			}
+			<-applied
 			h.srv.Close()
 			h.logs.Close()
 			db.Close()
@@ -195,16 +211,22 @@ type testJob struct {
 	exclude     []string
 	onAgentLost store.OnAgentLost
 	needs       []string
+	checkout    *jobspec.Checkout
 }
 
 func job(name string, runsOn ...string) testJob { return testJob{name: name, runsOn: runsOn} }
 
 // specJSON is what the engine stores as a job's spec.
-func specJSON(name string) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"spec":    proto.JobSpec{Name: name, Workflow: "ci", Steps: []proto.Step{{Name: "build", Run: "echo hi"}}},
-		"release": map[string]any{},
-	})
+func specJSON(name string) json.RawMessage { return specWith(name, nil) }
+
+// specWith is the spec of a job whose code lives at checkout.
+func specWith(name string, checkout *jobspec.Checkout) json.RawMessage {
+	j := jobspec.Job{Agent: proto.JobSpec{Name: name, Workflow: "ci", Steps: []proto.Step{{Name: "build", Run: "echo hi"}}},
+		Checkout: checkout}
+	b, err := j.Encode()
+	if err != nil {
+		panic(err)
+	}
 	return b
 }
 
@@ -216,7 +238,7 @@ func (h *harness) run(jobs ...testJob) (string, map[string]string) {
 		Event: json.RawMessage(`{"name":"push"}`)}
 	for _, j := range jobs {
 		nj := store.NewJob{Name: j.name, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels(j.runsOn...), Exclude: kiln.NewLabels(j.exclude...)},
-			Spec: specJSON(j.name), Steps: []string{"build", "test"}, OnAgentLost: j.onAgentLost}
+			Spec: specWith(j.name, j.checkout), Steps: []string{"build", "test"}, OnAgentLost: j.onAgentLost}
 		for _, n := range j.needs {
 			nj.Needs = append(nj.Needs, store.NeedEdge{Job: n})
 		}

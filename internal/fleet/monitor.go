@@ -90,7 +90,7 @@ func (f *Fleet) sweep(ctx context.Context) {
 			f.log.Error("fleet: the ack sweep failed", "err", err)
 			break
 		}
-		f.eng.Apply(res.Effects)
+		f.emit(res.Effects)
 		f.ackTimedOut(res.Jobs)
 		if len(res.Jobs) < 1000 {
 			break
@@ -102,7 +102,7 @@ func (f *Fleet) sweep(ctx context.Context) {
 			f.log.Error("fleet: the recovery sweep failed", "err", err)
 			break
 		}
-		f.eng.Apply(res.Effects)
+		f.emit(res.Effects)
 		if len(res.Jobs) < 1000 {
 			break
 		}
@@ -113,7 +113,7 @@ func (f *Fleet) sweep(ctx context.Context) {
 			f.log.Error("fleet: the stale sweep failed", "err", err)
 			break
 		}
-		f.eng.Apply(res.Effects)
+		f.emit(res.Effects)
 		for _, j := range res.Jobs {
 			f.abandon(j.AgentID, j.JobID, j.Epoch, "no job heartbeat from the agent for too long; the job timed out")
 		}

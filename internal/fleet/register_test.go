@@ -242,7 +242,7 @@ func TestNotReadyBeforeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(db, logs, &testEngine{}, Config{})
+	f, err := New(db, logs, NoCredentials{}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,10 @@ func TestNotReadyBeforeRun(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if _, err := New(db, logs, &testEngine{}, Config{UnhealthyAfter: time.Second, HeartbeatInterval: 2 * time.Second}); err == nil ||
+	if _, err := New(db, logs, nil, Config{}); err == nil || !strings.Contains(err.Error(), "clone credentials") {
+		t.Fatalf("a fleet without clone credentials: %v", err)
+	}
+	if _, err := New(db, logs, NoCredentials{}, Config{UnhealthyAfter: time.Second, HeartbeatInterval: 2 * time.Second}); err == nil ||
 		!strings.Contains(err.Error(), "UnhealthyAfter") {
 		t.Fatalf("a bad config was accepted: %v", err)
 	}

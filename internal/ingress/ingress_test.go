@@ -47,20 +47,20 @@ type fixture struct {
 func newFixture(t *testing.T, url func(testing.TB) string, opts ...func(*Config)) *fixture {
 	t.Helper()
 	clock := storetest.NewClock()
-	db, err := store.Open(context.Background(), store.Config{URL: url(t), Clock: clock.Now})
+	db, err := store.Open(context.Background(), store.Config{URL: url(t), Clock: clock.Now, Releaser: engine.Release})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	eng := engine.New(db, engine.Config{Clock: clock.Now})
+	eng := engine.New(db, nil, engine.Config{Clock: clock.Now})
 	gh := forgetest.NewGitHub(t)
 	gh.SetFiles(repo, headSHA, "master", map[string]string{".kiln/workflows/ci.yml": ciYAML})
-	srcs := NewSources(eng.DB(), forge.Options{})
+	srcs := NewSources(db, forge.Options{})
 	cfg := Config{PollInterval: 20 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	proc := New(eng.DB(), eng, srcs, cfg)
+	proc := New(db, eng, srcs, cfg)
 	st, err := Encode(&forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{APIBase: gh.URL, Token: "t", WebhookSecret: secret}})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func newFixture(t *testing.T, url func(testing.TB) string, opts ...func(*Config)
 	done := make(chan struct{})
 	go func() { proc.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &fixture{db: eng.DB(), eng: eng, proc: proc, gh: gh, srv: srv, clock: clock}
+	return &fixture{db: db, eng: eng, proc: proc, gh: gh, srv: srv, clock: clock}
 }
 
 func forEach(t *testing.T, fn func(t *testing.T, f *fixture)) {

@@ -81,7 +81,8 @@ type Processor struct {
 	waiters map[int64][]chan store.Delivery
 }
 
-// New returns a processor. db must be the engine's handle (engine.DB()).
+// New returns a processor recording deliveries in db and starting their
+// runs through eng.
 func New(db *store.DB, eng *engine.Engine, sources *Sources, cfg Config) *Processor {
 	cfg = cfg.withDefaults()
 	host, _ := os.Hostname()

@@ -15,6 +15,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/agent"
 	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/server"
 	"github.com/kilnci/kiln/internal/store"
@@ -203,12 +204,7 @@ func execute(ctx context.Context, r repo, ev *kiln.Event, matches []engine.Match
 	go func() {
 		serverDone <- server.Run(sctx, cfg, server.Options{
 			Out: io.Discard, Logger: log, Ready: func(s *server.Server) { ready <- s },
-			Decorate: func(_ context.Context, _ store.Claimed, spec *proto.JobSpec) error {
-				if spec.Checkout != nil {
-					spec.Checkout = &proto.Checkout{LocalPath: r.root}
-				}
-				return nil
-			},
+			CloneCredentials: workingTree(r.root),
 		})
 	}()
 	defer func() {
@@ -302,4 +298,13 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n-1] + "…"
+}
+
+// workingTree checks every job out from the working tree at its path as it
+// is, uncommitted changes included: kiln run's fleet.CloneCredentials.
+type workingTree string
+
+// Checkout points the agent at the working tree.
+func (w workingTree) Checkout(context.Context, jobspec.Checkout) (*proto.Checkout, error) {
+	return &proto.Checkout{LocalPath: string(w)}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/agent"
+	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/server"
 	"github.com/kilnci/kiln/internal/store"
@@ -32,10 +33,7 @@ func TestAgentRunThroughTheServer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, database func(testing.TB) string) {
 		s := startServer(t, database(t), server.Options{
 			// The run has no source to clone: the job runs in an empty workspace.
-			Decorate: func(_ context.Context, _ store.Claimed, spec *proto.JobSpec) error {
-				spec.Checkout = nil
-				return nil
-			},
+			CloneCredentials: noCheckout{},
 		}, nil)
 		ctx := context.Background()
 		_, token, err := s.DB.Auth().CreateAgentToken(ctx, store.AgentTokenSpec{Name: "metrics test"})
@@ -118,4 +116,11 @@ func TestAgentRunThroughTheServer(t *testing.T) {
 			return active == 0 && total == 1
 		})
 	})
+}
+
+// noCheckout sends jobs without a checkout.
+type noCheckout struct{}
+
+func (noCheckout) Checkout(context.Context, jobspec.Checkout) (*proto.Checkout, error) {
+	return nil, nil
 }

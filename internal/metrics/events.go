@@ -8,7 +8,7 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
-// EngineHooks are the hooks to install with engine.SetHooks.
+// EngineHooks are the engine's hooks (engine.Config.Hooks).
 func (m *Metrics) EngineHooks() engine.Hooks {
 	return engine.Hooks{Applied: m.Applied, Unroutable: m.UnroutableFailed}
 }

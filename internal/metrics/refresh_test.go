@@ -49,16 +49,16 @@ type rig struct {
 // newRig builds metrics over a real SQLite store and engine.
 func newRig(t testing.TB, cfg Config) rig {
 	t.Helper()
-	eng := engine.New(storetest.New(t), engine.Config{})
+	db := storetest.New(t, storetest.ReleaseWith(engine.Release))
 	buf := &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(buf, nil))
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, Deps{Queue: eng.DB().Queue(), Runs: eng.DB().Runs()}, cfg)
+	m, err := New(reg, Deps{Queue: db.Queue(), Runs: db.Runs()}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng.SetHooks(m.EngineHooks())
-	return rig{m: m, reg: reg, eng: eng, db: eng.DB(), log: buf}
+	eng := engine.New(db, nil, engine.Config{Hooks: m.EngineHooks()})
+	return rig{m: m, reg: reg, eng: eng, db: db, log: buf}
 }
 
 // queue starts a run with one job per runs_on label set; the jobs queue.

@@ -11,26 +11,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/metrics"
+	"github.com/kilnci/kiln/internal/store"
 )
 
-// newMetrics declares the metrics on a registry of their own and installs
-// the engine's hooks; the ingress hooks are given to ingress.New.
-func newMetrics(cfg Config, eng *engine.Engine, fl *fleet.Fleet, statuses *forge.StatusReporter, log *slog.Logger) (*metrics.Metrics, error) {
-	m, err := metrics.New(prometheus.NewRegistry(), metrics.Deps{
-		Queue: eng.DB().Queue(), Runs: eng.DB().Runs(), Fleet: fl, Statuses: statuses,
+// newMetrics declares the metrics on a registry of their own. They read the
+// queue, finished runs, the fleet's and the status poster's counters; their
+// hooks go to engine.New and ingress.New.
+func newMetrics(cfg Config, db *store.DB, fl *fleet.Fleet, statuses *forge.StatusReporter, log *slog.Logger) (*metrics.Metrics, error) {
+	return metrics.New(prometheus.NewRegistry(), metrics.Deps{
+		Queue: db.Queue(), Runs: db.Runs(), Fleet: fl, Statuses: statuses,
 	}, metrics.Config{
 		RefreshInterval: cfg.Metrics.RefreshInterval, BackpressureThreshold: cfg.Metrics.BackpressureThreshold,
 		Logger: log,
 	})
-	if err != nil {
-		return nil, err
-	}
-	eng.SetHooks(m.EngineHooks())
-	return m, nil
 }
 
 // metricsListener serves /metrics alone on metrics.listen, when set: the

@@ -20,7 +20,6 @@ import (
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/metrics"
-	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -38,10 +37,10 @@ type Options struct {
 	Ready func(*Server)
 	// Clock for the store and the engine; default time.Now.
 	Clock func() time.Time
-	// Decorate replaces how a job's checkout is completed before it is
-	// sent (kiln run points it at the working tree); default: the clone
-	// URL and credentials of the run's source.
-	Decorate func(ctx context.Context, c store.Claimed, spec *proto.JobSpec) error
+	// CloneCredentials makes each job's checkout when it is sent (kiln run
+	// points it at the working tree); default: the clone URL and
+	// credentials of the run's source (sourceCredentials).
+	CloneCredentials fleet.CloneCredentials
 }
 
 // Server is a running kiln server, handed to Options.Ready.
@@ -89,7 +88,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	db, err := store.Open(ctx, storeConfig(cfg, opts.Clock, log))
+	// The store calls the engine's Release inside the transaction that makes
+	// a job ready (creating a run, for its root jobs).
+	db, err := store.Open(ctx, storeConfig(cfg, engine.Release, opts.Clock, log))
 	if err != nil {
 		return err
 	}
@@ -104,30 +105,35 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
-	eng := engine.New(db, engine.Config{
+	sources := ingress.NewSources(db, forge.Options{Logger: log.With("part", "forge")})
+	creds := opts.CloneCredentials
+	if creds == nil {
+		creds = sourceCredentials{sources}
+	}
+	// The fleet serves agents; what its store operations commit goes to
+	// the engine through fl.Effects().
+	fl, err := fleet.New(db, logs, creds, fleetConfig(cfg, opts.Clock, log))
+	if err != nil {
+		return err
+	}
+	statuses := newStatusPoster(sources, log.With("part", "statuses"))
+	met, err := newMetrics(cfg, db, fl, statuses, log.With("part", "metrics"))
+	if err != nil {
+		return err
+	}
+	// The engine wakes and cancels jobs through the fleet, applies what the
+	// fleet commits, and tells the metrics what it did.
+	eng := engine.New(db, fl, engine.Config{
 		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
 		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
+		Hooks: met.EngineHooks(),
 	})
-	sources := ingress.NewSources(eng.DB(), forge.Options{Logger: log.With("part", "forge")})
-	decorate := opts.Decorate
-	if decorate == nil {
-		decorate = newDecorator(eng.DB(), sources).Decorate
-	}
-	fl, err := fleet.New(eng.DB(), logs, eng, fleetConfig(cfg, opts.Clock, log, decorate))
-	if err != nil {
-		return err
-	}
-	eng.Attach(fl)
-	reporter := newStatusReporter(eng, sources, cfg.PublicURL, log.With("part", "statuses"))
-	met, err := newMetrics(cfg, eng, fl, reporter.rep, log.With("part", "metrics"))
-	if err != nil {
-		return err
-	}
-	proc := ingress.New(eng.DB(), eng, sources, ingress.Config{
+	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
+	proc := ingress.New(db, eng, sources, ingress.Config{
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
 		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
 	})
-	scheduler := ingress.NewScheduler(eng.DB(), eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
+	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", fl.Handler())
@@ -135,7 +141,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", met.Handler())
 	}
-	if err := mountAPI(mux, apiDeps{db: eng.DB(), eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log}); err != nil {
+	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log}); err != nil {
 		return err
 	}
 
@@ -162,7 +168,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	s := &Server{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), AdminToken: admin,
-		DB: eng.DB(), Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs, Metrics: met,
+		DB: db, Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs, Metrics: met,
 		MetricsURL: metricsURL,
 	}
 	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
@@ -195,7 +201,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return srv.Shutdown(sctx)
 	})
 	if cfg.LocalAgents > 0 {
-		la := &localAgents{db: eng.DB(), cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
+		la := &localAgents{db: db, cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
 		g.Go(func() error { return la.Run(gctx) })
 	}
 	if opts.Ready != nil {
@@ -206,13 +212,13 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	return err
 }
 
-func storeConfig(cfg Config, clock func() time.Time, log *slog.Logger) store.Config {
+func storeConfig(cfg Config, release store.Releaser, clock func() time.Time, log *slog.Logger) store.Config {
 	url := cfg.Database
 	if url == "" {
 		url = "sqlite://" + filepath.Join(cfg.DataDir, "kiln.db")
 	}
 	return store.Config{
-		URL: url, Clock: clock, Logger: log.With("part", "store"),
+		URL: url, Releaser: release, Clock: clock, Logger: log.With("part", "store"),
 		MaxAttempts: cfg.Queue.MaxAttempts, AckTimeout: cfg.Agents.AckTimeout, QueueTimeout: queueTimeout(cfg.Queue.Expiry),
 		RecoveryWindow: cfg.Agents.RecoveryWindow, StaleAfter: cfg.Agents.StaleAfter, DedupTTL: cfg.Webhooks.DedupTTL,
 	}

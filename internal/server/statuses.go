@@ -15,23 +15,27 @@ import (
 // statusReporter posts a commit status per workflow run to the forge the
 // run came from: pending while it runs, then success, failure or error, with
 // a link to the run. It watches the engine's run changes and never blocks a
-// run: forge.StatusReporter debounces, retries and drops as needed.
+// run: the poster (forge.StatusReporter) debounces, retries and drops as
+// needed.
 type statusReporter struct {
 	eng      *engine.Engine
-	sources  *ingress.Sources
 	rep      *forge.StatusReporter
 	baseURL  string
 	log      *slog.Logger
 	runsRead func(ctx context.Context, id string) (store.Run, error)
 }
 
-func newStatusReporter(eng *engine.Engine, sources *ingress.Sources, baseURL string, log *slog.Logger) *statusReporter {
-	r := &statusReporter{eng: eng, sources: sources, baseURL: baseURL, log: log, runsRead: eng.DB().Runs().Get}
-	r.rep = forge.NewStatusReporter(func(ctx context.Context, sourceID string) (forge.StatusPoster, error) {
+// newStatusPoster is the forge side of commit statuses: it posts them
+// through each run's source. The metrics read its counters.
+func newStatusPoster(sources *ingress.Sources, log *slog.Logger) *forge.StatusReporter {
+	return forge.NewStatusReporter(func(ctx context.Context, sourceID string) (forge.StatusPoster, error) {
 		_, repo, err := sources.Repo(ctx, sourceID)
 		return repo, err
 	}, forge.ReporterConfig{Logger: log})
-	return r
+}
+
+func newStatusReporter(eng *engine.Engine, db *store.DB, rep *forge.StatusReporter, baseURL string, log *slog.Logger) *statusReporter {
+	return &statusReporter{eng: eng, rep: rep, baseURL: baseURL, log: log, runsRead: db.Runs().Header}
 }
 
 // Run reports until ctx ends.

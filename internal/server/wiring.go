@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -11,12 +10,11 @@ import (
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/logstore"
-	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 )
 
 // fleetConfig maps the agents section of the configuration onto the fleet.
-func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger, decorate func(context.Context, store.Claimed, *proto.JobSpec) error) fleet.Config {
+func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Config {
 	a := cfg.Agents
 	return fleet.Config{
 		AuthTimeout: a.AuthTimeout, RegisterTimeout: a.RegisterTimeout,
@@ -26,7 +24,7 @@ func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger, decorate 
 		MaxMessageBytes:   int64(a.MaxMessageBytes),
 		MessagesPerSecond: float64(a.MessagesPerSecond), BytesPerSecond: float64(a.BytesPerSecond),
 		SoleCoordinator: cfg.Database == "",
-		Clock:           clock, Logger: log.With("part", "fleet"), Decorate: decorate,
+		Clock:           clock, Logger: log.With("part", "fleet"),
 	}
 }
 

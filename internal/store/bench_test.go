@@ -63,7 +63,7 @@ const backlogSize = 100_000
 func BenchmarkDispatch(b *testing.B) {
 	for _, be := range storetest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
-			db, err := store.Open(ctx, store.Config{URL: be.URL(b), MaxConns: 16})
+			db, err := store.Open(ctx, store.Config{URL: be.URL(b), MaxConns: 16, Releaser: storetest.QueueAsCreated})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -239,7 +239,7 @@ func BenchmarkRawSkipLocked(b *testing.B) {
 	url := storetest.PostgresURL(b)
 	for _, agents := range []int{10, 100} {
 		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
-			db, err := store.Open(ctx, store.Config{URL: url, MaxConns: 16})
+			db, err := store.Open(ctx, store.Config{URL: url, MaxConns: 16, Releaser: storetest.QueueAsCreated})
 			if err != nil {
 				b.Fatal(err)
 			}

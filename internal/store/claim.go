@@ -99,7 +99,7 @@ func (q Queue) Claim(ctx context.Context, agentID string, agent kiln.AgentLabels
 	db := q.h.db
 	if q.h.tx == nil && db.dialect.name() == "postgres" {
 		// Autocommit statements, combined with other agents' claims.
-		return db.claim(ctx, pool{db.core}, agent, slots, func(keys []string, n int) ([]Claimed, error) {
+		return db.claim(ctx, pool{db}, agent, slots, func(keys []string, n int) ([]Claimed, error) {
 			return db.claimer.claim(ctx, keys, agentID, n)
 		})
 	}
@@ -126,8 +126,8 @@ func (q Queue) Claim(ctx context.Context, agentID string, agent kiln.AgentLabels
 // fresh — the keys a fresh read adds. A stale cache therefore never leaves
 // an agent idle while work it accepts is queued; at worst, for the cache's
 // lifetime, a newer key's jobs wait behind those of keys already known.
-func (c *core) claim(ctx context.Context, q querier, agent kiln.AgentLabels, slots int, claimKeys func([]string, int) ([]Claimed, error)) ([]Claimed, error) {
-	keys, fresh, err := c.keys.get(ctx, q, false)
+func (db *DB) claim(ctx context.Context, q querier, agent kiln.AgentLabels, slots int, claimKeys func([]string, int) ([]Claimed, error)) ([]Claimed, error) {
+	keys, fresh, err := db.keys.get(ctx, q, false)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -141,7 +141,7 @@ func (c *core) claim(ctx context.Context, q querier, agent kiln.AgentLabels, slo
 	if len(out) == slots || fresh {
 		return out, nil
 	}
-	if keys, _, err = c.keys.get(ctx, q, true); err != nil {
+	if keys, _, err = db.keys.get(ctx, q, true); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	var extra []string
@@ -192,7 +192,7 @@ func (k *keyCache) get(ctx context.Context, q querier, fresh bool) (keys []strin
 }
 
 // pool runs statements on the write pool outside a transaction.
-type pool struct{ c *core }
+type pool struct{ c *DB }
 
 func (p pool) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	return p.c.write.QueryContext(ctx, p.c.bind(q), args...)

@@ -120,16 +120,16 @@ type claimReq struct {
 }
 
 type pgClaimer struct {
-	c    *core
+	c    *DB
 	reqs chan *claimReq
 	quit chan struct{}
 	exit chan struct{}
 }
 
-func (c *core) startClaimer() {
-	c.claimer = &pgClaimer{c: c, reqs: make(chan *claimReq, claimQueueSize), quit: make(chan struct{}), exit: make(chan struct{}, claimWorkers)}
+func (db *DB) startClaimer() {
+	db.claimer = &pgClaimer{c: db, reqs: make(chan *claimReq, claimQueueSize), quit: make(chan struct{}), exit: make(chan struct{}, claimWorkers)}
 	for range claimWorkers {
-		go c.claimer.work()
+		go db.claimer.work()
 	}
 }
 

@@ -87,27 +87,32 @@ func TestClaimForServesEachAskInOrder(t *testing.T) {
 	})
 }
 
-// TestReleaseWritesEachJobsOwnSpec: a run's jobs are queued a few
-// statements at a time, each with the spec the Releaser rendered for it,
-// across the statement-size boundary.
+// TestReleaseWritesEachJobsOwnSpec: jobs released together (the
+// dependents of one job) are queued a few statements at a time, each with
+// the spec the Releaser rendered for it, across the statement-size
+// boundary; root jobs are written with theirs.
 func TestReleaseWritesEachJobsOwnSpec(t *testing.T) {
+	render := func(rj store.ReadyJob) store.Release {
+		return store.Release{Spec: json.RawMessage(fmt.Sprintf(`{"for":%q}`, rj.Name))}
+	}
 	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
-		rdb := db.WithReleaser(func(rj store.ReadyJob) store.Release {
-			return store.Release{Spec: json.RawMessage(fmt.Sprintf(`{"for":%q}`, rj.Name))}
-		})
-		var jobs []store.NewJob
+		jobs := []store.NewJob{job("gate")}
 		for i := 0; i < 450; i++ {
-			jobs = append(jobs, job(fmt.Sprintf("j%03d", i)))
+			jobs = append(jobs, job(fmt.Sprintf("j%03d", i), need("gate")))
 		}
-		cr := mustCreate(t, rdb, newRun(jobs...))
-		if len(cr.Queued) != 450 {
-			t.Fatalf("%d jobs queued, want 450", len(cr.Queued))
+		cr := mustCreate(t, db, newRun(jobs...))
+		if len(cr.Queued) != 1 {
+			t.Fatalf("%d jobs queued, want 1", len(cr.Queued))
+		}
+		eff := complete(t, db, claimJob(t, db, "agent-1", cr.Jobs["gate"]), kiln.JobSuccess)
+		if len(eff.Queued) != 450 {
+			t.Fatalf("%d jobs queued, want 450", len(eff.Queued))
 		}
 		for name, id := range cr.Jobs {
 			j := mustJob(t, db, id)
-			if j.Status != kiln.JobQueued || string(j.Spec) != fmt.Sprintf(`{"for":%q}`, name) {
+			if name != "gate" && j.Status != kiln.JobQueued || string(j.Spec) != fmt.Sprintf(`{"for":%q}`, name) {
 				t.Fatalf("job %s: %s with spec %s", name, j.Status, j.Spec)
 			}
 		}
-	})
+	}, storetest.ReleaseWith(render))
 }

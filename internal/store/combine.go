@@ -39,15 +39,15 @@ type combiner struct {
 	exit chan struct{}
 }
 
-func (c *core) startCombiner() {
-	c.comb = &combiner{reqs: make(chan *writeReq), quit: make(chan struct{}), exit: make(chan struct{})}
-	go c.combine()
+func (db *DB) startCombiner() {
+	db.comb = &combiner{reqs: make(chan *writeReq), quit: make(chan struct{}), exit: make(chan struct{})}
+	go db.combine()
 }
 
-func (c *core) stopCombiner() {
-	if c.comb != nil {
-		close(c.comb.quit)
-		<-c.comb.exit
+func (db *DB) stopCombiner() {
+	if db.comb != nil {
+		close(db.comb.quit)
+		<-db.comb.exit
 	}
 }
 
@@ -68,28 +68,28 @@ func (db *DB) combined(ctx context.Context, fn func(t *txn) error) error {
 	return r.err
 }
 
-func (c *core) combine() {
-	defer close(c.comb.exit)
+func (db *DB) combine() {
+	defer close(db.comb.exit)
 	var pending []*writeReq
 	for {
 		if len(pending) == 0 {
 			select {
-			case r := <-c.comb.reqs:
+			case r := <-db.comb.reqs:
 				pending = append(pending, r)
-			case <-c.comb.quit:
+			case <-db.comb.quit:
 				return
 			}
 		}
 	fill:
 		for len(pending) < maxCombined {
 			select {
-			case r := <-c.comb.reqs:
+			case r := <-db.comb.reqs:
 				pending = append(pending, r)
 			default:
 				break fill
 			}
 		}
-		n := c.runBatch(pending)
+		n := db.runBatch(pending)
 		pending = append(pending[:0], pending[n:]...)
 	}
 }
@@ -98,18 +98,18 @@ func (c *core) combine() {
 // they are done or the transaction has run for combineBudget; it returns
 // how many it ran. The rest wait for the next transaction, so no operation
 // (a claim, typically) waits long behind a heap of others.
-func (c *core) runBatch(batch []*writeReq) (n int) {
+func (db *DB) runBatch(batch []*writeReq) (n int) {
 	var wanted []string
 	defer func() {
 		for _, r := range batch[:n] {
 			close(r.done)
 		}
-		c.prepareWanted(context.Background(), wanted)
+		db.prepareWanted(context.Background(), wanted)
 	}()
 	// The transaction must not die with one caller's context: interrupting
 	// a statement would roll back every operation in the batch.
 	start := time.Now()
-	sqlTx, err := c.write.BeginTx(context.Background(), nil)
+	sqlTx, err := db.write.BeginTx(context.Background(), nil)
 	if err != nil {
 		n = len(batch)
 		for _, r := range batch {

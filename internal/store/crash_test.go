@@ -21,7 +21,7 @@ import (
 const crashChildEnv = "KILN_STORE_CRASH_CHILD"
 
 func crashChild() int {
-	db, err := store.Open(ctx, store.Config{URL: os.Getenv(crashChildEnv)})
+	db, err := store.Open(ctx, store.Config{URL: os.Getenv(crashChildEnv), Releaser: storetest.QueueAsCreated})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -100,7 +100,7 @@ func TestCrashLosesNoAcknowledgedCommit(t *testing.T) {
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 				t.Fatalf("child did not die of SIGKILL: %v %s", err, stderr.String())
 			}
-			db, err := store.Open(ctx, store.Config{URL: url})
+			db, err := store.Open(ctx, store.Config{URL: url, Releaser: storetest.QueueAsCreated})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -191,50 +192,51 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		}
 	}
 	var jobRows, needRows, stepRows [][]any
-	ids := make([]string, len(jobs))
+	var released []movedJob
 	for i, j := range jobs {
 		id, err := newID()
 		if err != nil {
 			return err
 		}
-		ids[i] = id
 		out.Jobs[j.Name] = id
-		ready := 0
-		var reason any
-		if len(j.Needs) == 0 {
-			ready = 1
-		} else {
+		r := jobRow{status: kiln.JobPending, steps: kiln.StepPending, spec: jsonText(j.Spec, "{}"), key: j.Requirement.Key(), since: now}
+		switch {
+		case j.Reuse != nil:
+			if err := r.reuse(j.Reuse, now); err != nil {
+				return err
+			}
+		case len(j.Needs) > 0:
 			bs := make([]string, len(j.Needs))
 			for k, e := range j.Needs {
 				bs[k] = e.Job
 			}
-			reason = "waiting for needs: " + strings.Join(bs, ", ")
+			r.reason = "waiting for needs: " + strings.Join(bs, ", ")
+		case j.MaxParallel > 0:
+			r.ready = 1 // released with its group's first wave, below
+		default:
+			// A root job is released before its row is written, so it is
+			// written once, already queued (or ended).
+			r.ready = 1
+			r.release(t, t.db.cfg.Releaser(ReadyJob{
+				ID: id, RunID: runID, RunNumber: out.Number, Name: j.Name, Base: j.Base,
+				Matrix: json.RawMessage(jsonText(j.Matrix, "{}")), Spec: json.RawMessage(r.spec),
+				Requirement: kiln.ParseRequirementKey(r.key),
+			}))
+			released = append(released, movedJob{ID: id, RunID: runID, Name: j.Name, Base: j.Base, FailFast: j.FailFast,
+				HasDependents: hasDependents[j.Base], Status: r.status})
 		}
-		status, stepStatus := kiln.JobPending, kiln.StepPending
-		var result, outputs, jobErr, finished any
-		if r := j.Reuse; r != nil {
-			status, stepStatus, ready, reason = r.Status, kiln.StepSkipped, 1, nil
-			result, jobErr, finished = string(r.Status.Result()), nullString(r.Error), now
-			if len(r.Outputs) > 0 {
-				b, err := json.Marshal(r.Outputs)
-				if err != nil {
-					return fmt.Errorf("outputs: %w", err)
-				}
-				outputs = string(b)
-			}
-		}
-		jobRows = append(jobRows, []any{id, runID, i, j.Name, j.Base, jsonText(j.Matrix, "{}"), string(status), ready,
+		jobRows = append(jobRows, []any{id, runID, i, j.Name, j.Base, jsonText(j.Matrix, "{}"), string(r.status), r.ready,
 			boolInt(hasDependents[j.Base]), j.MaxParallel, boolInt(j.FailFast), string(j.OnAgentLost),
-			jsonText(j.Spec, "{}"), j.Requirement.Key(), reason, now, result, outputs, jobErr, finished, now, now})
+			r.spec, r.key, r.reason, r.since, r.queuedAt, r.expiresAt, r.result, r.outputs, r.err, r.finished, now, now})
 		for _, e := range j.Needs {
 			needRows = append(needRows, []any{id, runID, e.Job, formatResults(e.Accept)})
 		}
 		for k, s := range j.Steps {
-			stepRows = append(stepRows, []any{id, k, s, string(stepStatus)})
+			stepRows = append(stepRows, []any{id, k, s, string(r.steps)})
 		}
 	}
-	if err := t.insertRows(ctx, "jobs", "id, run_id, idx, name, base, matrix, status, ready, has_dependents, max_parallel, fail_fast, on_agent_lost, spec, queue_key, pending_reason, pending_since, result, outputs, error, finished_at, created_at, updated_at",
-		"?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", jobRows); err != nil {
+	if err := t.insertRows(ctx, "jobs", "id, run_id, idx, name, base, matrix, status, ready, has_dependents, max_parallel, fail_fast, on_agent_lost, spec, queue_key, pending_reason, pending_since, queued_at, expires_at, result, outputs, error, finished_at, created_at, updated_at",
+		"?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", jobRows); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
 	if err := t.insertRows(ctx, "needs", "job_id, run_id, upstream, accept", "?, ?, ?, ?", needRows); err != nil {
@@ -243,35 +245,79 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 	if err := t.insertRows(ctx, "steps", "job_id, idx, name, status", "?, ?, ?, ?", stepRows); err != nil {
 		return fmt.Errorf("insert steps: %w", err)
 	}
-	return t.releaseRoots(ctx, runID, jobs, ids)
+	for _, j := range released {
+		t.moved(j)
+	}
+	return t.releaseRest(ctx, runID, jobs)
 }
 
-// releaseRoots releases the jobs without needs: max_parallel groups through
-// their first wave, the others one by one.
-func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids []string) error {
+// jobRow is the state a job of a new run is written with.
+type jobRow struct {
+	status               kiln.JobStatus
+	steps                kiln.StepStatus
+	ready                int
+	spec, key            string
+	reason, since        any
+	queuedAt, expiresAt  any
+	result, outputs, err any
+	finished             any
+}
+
+// reuse writes a result carried over from the run being rerun.
+func (r *jobRow) reuse(u *Reused, now int64) error {
+	r.status, r.steps, r.ready, r.reason = u.Status, kiln.StepSkipped, 1, nil
+	r.result, r.err, r.finished = string(u.Status.Result()), nullString(u.Error), now
+	if len(u.Outputs) > 0 {
+		b, err := json.Marshal(u.Outputs)
+		if err != nil {
+			return fmt.Errorf("outputs: %w", err)
+		}
+		r.outputs = string(b)
+	}
+	return nil
+}
+
+// release writes the Releaser's decision about a root job, as the release
+// moves (mRelease, mSkip, mFailRelease) would have left its row.
+func (r *jobRow) release(t *txn, rel Release) {
+	now := ms(t.now)
+	end := func(status kiln.JobStatus, msg string) {
+		r.status, r.result, r.err, r.finished = status, string(status.Result()), nullString(msg), now
+	}
+	switch {
+	case rel.Fail != "":
+		end(kiln.JobFailed, rel.Fail)
+		return
+	case rel.Skip:
+		end(kiln.JobSkipped, cmp.Or(rel.SkipReason, defaultSkipReason))
+		return
+	}
+	r.status, r.reason, r.since, r.queuedAt = kiln.JobQueued, ReasonWaiting, now, now
+	if rel.Requirement != nil {
+		r.key = rel.Requirement.Key()
+	}
+	if rel.Spec != nil {
+		r.spec = string(rel.Spec)
+	}
+	if timeout := cmp.Or(rel.QueueTimeout, t.db.cfg.QueueTimeout); timeout > 0 {
+		r.expiresAt = ms(t.now.Add(timeout))
+	}
+}
+
+// releaseRest releases what creating a run releases besides its plain
+// roots: the first wave of each max_parallel group, and the dependents of
+// groups carried over whole from a rerun (every child reused), which have
+// ended already.
+func (t *txn) releaseRest(ctx context.Context, runID string, jobs []NewJob) error {
 	waves := map[runBase]int{}
-	// A group carried over whole from a rerun (every child reused) has
-	// ended already; its dependents are evaluated below.
 	reusedBases := map[string]bool{}
 	for _, j := range jobs {
 		if done, seen := reusedBases[j.Base]; !seen || done {
 			reusedBases[j.Base] = j.Reuse != nil
 		}
-	}
-	var roots []pendingJob
-	for i, j := range jobs {
-		if len(j.Needs) > 0 || j.Reuse != nil {
-			continue
-		}
-		if j.MaxParallel > 0 {
+		if len(j.Needs) == 0 && j.Reuse == nil && j.MaxParallel > 0 {
 			waves[runBase{runID, j.Base}] = j.MaxParallel
-			continue
 		}
-		roots = append(roots, pendingJob{ID: ids[i], RunID: runID, Name: j.Name, Base: j.Base,
-			Matrix: jsonText(j.Matrix, "{}"), Spec: jsonText(j.Spec, "{}"), Key: j.Requirement.Key()})
-	}
-	if err := t.releaseAll(ctx, roots, make([][]UpstreamJob, len(roots))); err != nil {
-		return err
 	}
 	for _, base := range sortedKeysBool(reusedBases) {
 		if err := t.releaseDependents(ctx, runBase{runID, base}, waves); err != nil {

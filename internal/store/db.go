@@ -25,11 +25,16 @@ const (
 	DefaultReadConns      = 4
 )
 
-// Config configures Open. Only URL is required.
+// Config configures Open. URL and Releaser are required.
 type Config struct {
 	// URL is "sqlite:///abs/path/kiln.db", a plain file path (SQLite), or
 	// "postgres://…" / "postgresql://…".
 	URL string
+	// Releaser decides what happens to a job whose needs are met; the store
+	// calls it inside the transaction that made the job ready (creating a
+	// run, for its root jobs). kiln's is engine.Release; tests of the store
+	// alone use storetest.QueueAsCreated.
+	Releaser Releaser
 	// Clock returns the current time; every timestamp the store writes comes
 	// from it. Default time.Now.
 	Clock func() time.Time
@@ -106,6 +111,9 @@ func (c Config) validate() error {
 	if strings.TrimSpace(c.URL) == "" {
 		return errors.New("store: the database URL is empty; give a SQLite path or a postgres:// URL")
 	}
+	if c.Releaser == nil {
+		return errors.New("store: Config.Releaser is required: it decides what happens to a job whose needs are met (engine.Release)")
+	}
 	switch strings.ToUpper(c.SQLiteSynchronous) {
 	case "NORMAL", "FULL":
 	default:
@@ -118,14 +126,6 @@ func (c Config) validate() error {
 // (Runs, Jobs, Queue, Ingress, Auth, Sources, Logs, Cluster) each run one
 // transaction per call; Update runs several operations in one transaction.
 type DB struct {
-	*core
-	// releaser decides what happens to a job whose needs are met; nil
-	// queues it with the requirement it was created with.
-	releaser Releaser
-}
-
-// core is what every copy of a DB made by WithReleaser shares.
-type core struct {
 	cfg     Config
 	dialect dialect
 	write   *sql.DB // SQLite: the one writer connection; PostgreSQL: the pool
@@ -149,7 +149,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &core{cfg: cfg, log: cfg.Logger}
+	c := &DB{cfg: cfg, log: cfg.Logger}
 	var err error
 	if isPostgresURL(cfg.URL) {
 		err = openPostgres(ctx, c)
@@ -160,7 +160,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		return nil, err
 	}
 	if err := migrate(ctx, c); err != nil {
-		_ = c.close()
+		_ = c.Close()
 		return nil, err
 	}
 	if c.dialect.name() == "sqlite" {
@@ -168,39 +168,30 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	} else {
 		c.startClaimer()
 	}
-	return &DB{core: c}, nil
+	return c, nil
 }
 
-// WithReleaser returns a DB sharing this one's connections whose operations
-// hand jobs whose needs are met to r (see Releaser). The engine calls it once
-// at construction.
-func (db *DB) WithReleaser(r Releaser) *DB {
-	return &DB{core: db.core, releaser: r}
-}
-
-// Close closes the connections. Copies made by WithReleaser share them.
-func (db *DB) Close() error { return db.core.close() }
-
-func (c *core) close() error {
-	c.closeOnce.Do(func() {
-		c.stopCombiner()
-		if c.claimer != nil {
-			c.claimer.stop()
+// Close closes the connections.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.stopCombiner()
+		if db.claimer != nil {
+			db.claimer.stop()
 		}
 		var errs []error
-		c.stmts.Range(func(_, v any) bool {
+		db.stmts.Range(func(_, v any) bool {
 			errs = append(errs, v.(*sql.Stmt).Close())
 			return true
 		})
-		if c.read != nil && c.read != c.write {
-			errs = append(errs, c.read.Close())
+		if db.read != nil && db.read != db.write {
+			errs = append(errs, db.read.Close())
 		}
-		if c.write != nil {
-			errs = append(errs, c.write.Close())
+		if db.write != nil {
+			errs = append(errs, db.write.Close())
 		}
-		c.closeErr = errors.Join(errs...)
+		db.closeErr = errors.Join(errs...)
 	})
-	return c.closeErr
+	return db.closeErr
 }
 
 // Dialect names the database behind the store: "sqlite" or "postgres".
@@ -237,4 +228,4 @@ func (db *DB) Logs() Logs { return Logs{h: handle{db: db}} }
 // Cluster is the accessor for leader leases and cron fire times.
 func (db *DB) Cluster() Cluster { return Cluster{h: handle{db: db}} }
 
-func (c *core) now() time.Time { return c.cfg.Clock() }
+func (db *DB) now() time.Time { return db.cfg.Clock() }

@@ -97,13 +97,13 @@ func TestQueueExpiry(t *testing.T) {
 // A job whose Release set no expiry never expires; an expired job can no
 // longer be claimed even before the sweep runs.
 func TestQueueExpiryBounds(t *testing.T) {
-	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		never := db.WithReleaser(func(rj store.ReadyJob) store.Release {
-			if rj.Name == "forever" {
-				return store.Release{QueueTimeout: -1}
-			}
-			return store.Release{}
-		})
+	release := func(rj store.ReadyJob) store.Release {
+		if rj.Name == "forever" {
+			return store.Release{QueueTimeout: -1}
+		}
+		return store.Release{}
+	}
+	suite(t, func(t *testing.T, never *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, never, newRun(job("forever"), job("hour")))
 		clock.Advance(2 * time.Hour)
 		cs, err := never.Queue().Claim(ctx, "agent-1", linux, 5)
@@ -115,5 +115,5 @@ func TestQueueExpiryBounds(t *testing.T) {
 			t.Fatalf("expired %+v", res.Jobs)
 		}
 		wantStatus(t, never, cr.Jobs["hour"], kiln.JobTimedOutStale)
-	})
+	}, storetest.ReleaseWith(release))
 }

@@ -23,7 +23,7 @@ func suite(t *testing.T, fn func(t *testing.T, db *store.DB, clock *storetest.Cl
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			clock := storetest.NewClock()
-			cfg := store.Config{URL: b.URL(t), Clock: clock.Now}
+			cfg := store.Config{URL: b.URL(t), Clock: clock.Now, Releaser: storetest.QueueAsCreated}
 			for _, o := range opts {
 				o(&cfg)
 			}

@@ -67,7 +67,7 @@ func loadMigrations(dialect string) ([]migration, error) {
 // it holds an advisory lock so coordinators starting together do not race;
 // on SQLite every migration transaction is BEGIN IMMEDIATE, which serializes
 // processes sharing the file.
-func migrate(ctx context.Context, c *core) error {
+func migrate(ctx context.Context, c *DB) error {
 	all, err := loadMigrations(c.dialect.name())
 	if err != nil {
 		return err
@@ -89,7 +89,7 @@ func migrate(ctx context.Context, c *core) error {
 	return nil
 }
 
-func applyMigrations(ctx context.Context, c *core, conn *sql.Conn, all []migration) error {
+func applyMigrations(ctx context.Context, c *DB, conn *sql.Conn, all []migration) error {
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT NOT NULL,
@@ -134,7 +134,7 @@ func applyMigrations(ctx context.Context, c *core, conn *sql.Conn, all []migrati
 	return nil
 }
 
-func applyOne(ctx context.Context, c *core, conn *sql.Conn, m migration) error {
+func applyOne(ctx context.Context, c *DB, conn *sql.Conn, m migration) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err

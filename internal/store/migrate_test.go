@@ -25,7 +25,7 @@ func TestMigrations(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					db, err := store.Open(ctx, store.Config{URL: url})
+					db, err := store.Open(ctx, store.Config{URL: url, Releaser: storetest.QueueAsCreated})
 					if err != nil {
 						errs <- err
 						return
@@ -40,7 +40,7 @@ func TestMigrations(t *testing.T) {
 					t.Fatalf("concurrent open: %v", err)
 				}
 			}
-			db, err := store.Open(ctx, store.Config{URL: url})
+			db, err := store.Open(ctx, store.Config{URL: url, Releaser: storetest.QueueAsCreated})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestMigrations(t *testing.T) {
 			if _, err := db.SQL().Exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', 0)"); err != nil {
 				t.Fatal(err)
 			}
-			_, err = store.Open(ctx, store.Config{URL: url})
+			_, err = store.Open(ctx, store.Config{URL: url, Releaser: storetest.QueueAsCreated})
 			if err == nil || !strings.Contains(err.Error(), "newer than this kiln knows") {
 				t.Fatalf("open a newer database: %v", err)
 			}
@@ -68,9 +68,15 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 		{URL: "/tmp/x.db", SQLiteSynchronous: "OFF"},
 		{URL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"},
 	} {
+		cfg.Releaser = storetest.QueueAsCreated
 		if db, err := store.Open(ctx, cfg); err == nil {
 			db.Close()
 			t.Errorf("Open(%+v) succeeded", cfg)
 		}
+	}
+	// A store without a Releaser could never release a job.
+	_, err := store.Open(ctx, store.Config{URL: storetest.SQLiteURL(t)})
+	if err == nil || !strings.Contains(err.Error(), "Releaser is required") {
+		t.Errorf("Open without a Releaser: %v", err)
 	}
 }

@@ -163,10 +163,13 @@ func TestCancelledRunCancelsDependents(t *testing.T) {
 // A dependent released while its run is cancelling (its upstream ended
 // after the cancel) is cancelled.
 func TestDependentOfCancellingRunIsCancelled(t *testing.T) {
-	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		var mu sync.Mutex
-		released := 0
-		rdb := db.WithReleaser(func(store.ReadyJob) store.Release { mu.Lock(); released++; mu.Unlock(); return store.Release{} })
+	var mu sync.Mutex
+	released := 0
+	count := func(store.ReadyJob) store.Release { mu.Lock(); released++; mu.Unlock(); return store.Release{} }
+	suite(t, func(t *testing.T, rdb *store.DB, clock *storetest.Clock) {
+		mu.Lock()
+		released = 0
+		mu.Unlock()
 		cr := mustCreate(t, rdb, newRun(job("a"), job("b", need("a", kiln.ResultSuccess, kiln.ResultCancelled))))
 		c := claimJob(t, rdb, "agent-1", cr.Jobs["a"])
 		if _, err := rdb.Runs().Cancel(ctx, cr.ID, "user", false); err != nil {
@@ -179,31 +182,32 @@ func TestDependentOfCancellingRunIsCancelled(t *testing.T) {
 		if released != 1 {
 			t.Fatalf("releaser called %d times, want 1 (only the root)", released)
 		}
-	})
+	}, storetest.ReleaseWith(count))
 }
 
 // The Releaser sees upstream results and outputs and decides: queue with a
 // new requirement and spec, skip, or fail.
 func TestReleaser(t *testing.T) {
-	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		var seen []store.ReadyJob
-		rdb := db.WithReleaser(func(rj store.ReadyJob) store.Release {
-			seen = append(seen, rj)
-			switch rj.Name {
-			case "skipme":
-				return store.Release{Skip: true, SkipReason: "if: event.branch == 'main' was false"}
-			case "failme":
-				return store.Release{Fail: "runs_on: unknown expression"}
-			case "deploy":
-				v, err := rj.Needs()["build"].Output("version")
-				if err != nil {
-					return store.Release{Fail: err.Error()}
-				}
-				req := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "deploy")}
-				return store.Release{Requirement: &req, Spec: json.RawMessage(`{"version":"` + v + `"}`)}
+	var seen []store.ReadyJob
+	decide := func(rj store.ReadyJob) store.Release {
+		seen = append(seen, rj)
+		switch rj.Name {
+		case "skipme":
+			return store.Release{Skip: true, SkipReason: "if: event.branch == 'main' was false"}
+		case "failme":
+			return store.Release{Fail: "runs_on: unknown expression"}
+		case "deploy":
+			v, err := rj.Needs()["build"].Output("version")
+			if err != nil {
+				return store.Release{Fail: err.Error()}
 			}
-			return store.Release{}
-		})
+			req := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "deploy")}
+			return store.Release{Requirement: &req, Spec: json.RawMessage(`{"version":"` + v + `"}`)}
+		}
+		return store.Release{}
+	}
+	suite(t, func(t *testing.T, rdb *store.DB, clock *storetest.Clock) {
+		seen = nil
 		cr := mustCreate(t, rdb, newRun(job("build"), job("skipme"), job("failme"), job("deploy", need("build"))))
 		wantStatus(t, rdb, cr.Jobs["skipme"], kiln.JobSkipped)
 		j := wantStatus(t, rdb, cr.Jobs["failme"], kiln.JobFailed)
@@ -232,26 +236,26 @@ func TestReleaser(t *testing.T) {
 		if cs, _ := rdb.Queue().Claim(ctx, "agent-2", deployer, 1); len(cs) != 1 || string(cs[0].Spec) != `{"version":"1.2.3"}` {
 			t.Fatalf("claimed %+v", cs)
 		}
-	})
+	}, storetest.ReleaseWith(decide))
 }
 
 // Outputs over a matrix group: a key every setter agrees on is defined; a
 // key they disagree on fails the dependent that reads it, naming the
 // children.
 func TestOutputsAgreement(t *testing.T) {
-	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		rdb := db.WithReleaser(func(rj store.ReadyJob) store.Release {
-			if rj.Base != "use" {
-				return store.Release{}
-			}
-			n := rj.Needs()["build"]
-			for _, k := range []string{"image", "arch"} {
-				if _, err := n.Output(k); err != nil {
-					return store.Release{Fail: err.Error()}
-				}
-			}
+	decide := func(rj store.ReadyJob) store.Release {
+		if rj.Base != "use" {
 			return store.Release{}
-		})
+		}
+		n := rj.Needs()["build"]
+		for _, k := range []string{"image", "arch"} {
+			if _, err := n.Output(k); err != nil {
+				return store.Release{Fail: err.Error()}
+			}
+		}
+		return store.Release{}
+	}
+	suite(t, func(t *testing.T, rdb *store.DB, clock *storetest.Clock) {
 		child := func(v string) store.NewJob {
 			j := job("build (" + v + ")")
 			j.Base = "build"
@@ -278,7 +282,7 @@ func TestOutputsAgreement(t *testing.T) {
 		if !errors.Is(mergeErr(t), store.ErrInvalid) {
 			t.Fatal("a disagreement is not ErrInvalid")
 		}
-	})
+	}, storetest.ReleaseWith(decide))
 }
 
 func mergeErr(t *testing.T) error {

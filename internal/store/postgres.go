@@ -86,7 +86,7 @@ func pgLock(ctx context.Context, t *txn, inner string, args []any) error {
 
 func (postgresDialect) nextRunNumber() string { return "nextval('run_numbers')" }
 
-func openPostgres(ctx context.Context, c *core) error {
+func openPostgres(ctx context.Context, c *DB) error {
 	cfg, err := pgx.ParseConfig(c.cfg.URL)
 	if err != nil {
 		return fmt.Errorf("store: parse the PostgreSQL URL: %w", err)

@@ -24,7 +24,7 @@ func TestClaimRace(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			url := b.URL(t)
-			setup, err := store.Open(ctx, store.Config{URL: url})
+			setup, err := store.Open(ctx, store.Config{URL: url, Releaser: storetest.QueueAsCreated})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,7 +42,7 @@ func TestClaimRace(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make(chan error, claimers)
 			for c := 0; c < claimers; c++ {
-				db, err := store.Open(ctx, store.Config{URL: url, MaxConns: 2})
+				db, err := store.Open(ctx, store.Config{URL: url, MaxConns: 2, Releaser: storetest.QueueAsCreated})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,7 +17,9 @@ import (
 const ReasonWaiting = "waiting for an agent"
 
 // ReadyJob is a job whose needs are met, handed to the Releaser inside the
-// transaction that made it ready.
+// transaction that made it ready. A root job is handed over in the
+// transaction that creates its run, before its row is written: it is
+// written once, as the Releaser decided.
 type ReadyJob struct {
 	ID          string
 	RunID       string
@@ -46,7 +49,7 @@ type UpstreamJob struct {
 type Release struct {
 	Fail       string
 	Skip       bool
-	SkipReason string // default "if: condition was false"
+	SkipReason string // default defaultSkipReason
 	// Requirement replaces the one given at creation (nil: keep it).
 	Requirement *kiln.Requirement
 	// QueueTimeout is how long the job may wait for an agent (0:
@@ -56,6 +59,9 @@ type Release struct {
 	// and container evaluated.
 	Spec json.RawMessage
 }
+
+// defaultSkipReason is a skipped job's error when the Releaser gave none.
+const defaultSkipReason = "if: condition was false"
 
 // Releaser decides what happens to a job whose needs are met: evaluate its
 // `if:`, `runs_on` and other release-time expressions and return a Release.
@@ -193,8 +199,8 @@ func (t *txn) release(ctx context.Context, p pendingJob, ups []UpstreamJob) erro
 }
 
 // releaseAll releases jobs together: each gets the Releaser's decision, and
-// the jobs queued alike (same key, spec kept, same timeout) move in one
-// statement, so a run's hundreds of matrix roots cost a few updates.
+// the jobs queued alike (same key and timeout) move in a few statements, so
+// hundreds of matrix children released at once cost a few updates.
 func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJob) error {
 	type group struct {
 		key     string
@@ -220,10 +226,7 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 			Matrix: json.RawMessage(p.Matrix), Spec: json.RawMessage(p.Spec),
 			Requirement: kiln.ParseRequirementKey(p.Key), Upstream: ups[i],
 		}
-		var r Release
-		if t.db.releaser != nil {
-			r = t.db.releaser(rj)
-		}
+		r := t.db.cfg.Releaser(rj)
 		ids := []string{p.ID}
 		switch {
 		case r.Fail != "":
@@ -232,11 +235,7 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 			}
 			continue
 		case r.Skip:
-			reason := r.SkipReason
-			if reason == "" {
-				reason = "if: condition was false"
-			}
-			if _, err := t.move(ctx, mSkip, change{ids: ids, err: reason}); err != nil {
+			if _, err := t.move(ctx, mSkip, change{ids: ids, err: cmp.Or(r.SkipReason, defaultSkipReason)}); err != nil {
 				return err
 			}
 			continue

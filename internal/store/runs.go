@@ -110,7 +110,7 @@ func (r Runs) Get(ctx context.Context, id string) (Run, error) {
 }
 
 // Header returns a run by id without its jobs: one row, for callers that
-// need the run's own fields on a hot path (the dispatcher's decorator).
+// need only the run's own fields (a commit status per run change).
 func (r Runs) Header(ctx context.Context, id string) (Run, error) {
 	return r.header(ctx, "id = ?", id)
 }

@@ -1,8 +1,10 @@
 package store_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -31,8 +33,7 @@ func TestRollUpTable(t *testing.T) {
 		{[]kiln.JobStatus{kiln.JobSkipped, kiln.JobAgentLost}, kiln.RunFailed},
 		{[]kiln.JobStatus{kiln.JobSkipped, kiln.JobCancelled}, kiln.RunCancelled},
 	}
-	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		rdb := db.WithReleaser(specReleaser)
+	suite(t, func(t *testing.T, rdb *store.DB, clock *storetest.Clock) {
 		for n, c := range cases {
 			if got, ok := kiln.RollUp(c.ends); !ok || got != c.want {
 				t.Fatalf("kiln.RollUp(%v) = %s, the table says %s", c.ends, got, c.want)
@@ -98,7 +99,7 @@ func TestRollUpTable(t *testing.T) {
 				t.Errorf("%v: run %s (finished %v), want %s", c.ends, r.Status, r.FinishedAt, c.want)
 			}
 		}
-	})
+	}, storetest.ReleaseWith(specReleaser))
 }
 
 func allSkipped(ss []kiln.JobStatus) bool {
@@ -113,8 +114,7 @@ func allSkipped(ss []kiln.JobStatus) bool {
 // Skipped jobs in the roll-up: a run whose jobs are all skipped by their
 // `if:` ends success at creation.
 func TestRollUpSkippedAtCreation(t *testing.T) {
-	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		skip := db.WithReleaser(func(store.ReadyJob) store.Release { return store.Release{Skip: true} })
+	suite(t, func(t *testing.T, skip *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, skip, newRun(job("a"), job("b", need("a", kiln.ResultSkipped))))
 		if len(cr.Runs) != 1 || cr.Runs[0].Status != kiln.RunSuccess || cr.Runs[0].Number != cr.Number {
 			t.Fatalf("effects %+v", cr.Effects)
@@ -124,9 +124,79 @@ func TestRollUpSkippedAtCreation(t *testing.T) {
 			t.Fatalf("b: %q", r.Jobs[1].Error)
 		}
 		// An empty run is done at once.
-		cr = mustCreate(t, db, newRun())
-		wantRunStatus(t, db, cr.ID, kiln.RunSuccess)
-	})
+		cr = mustCreate(t, skip, newRun())
+		wantRunStatus(t, skip, cr.ID, kiln.RunSuccess)
+	}, storetest.ReleaseWith(func(store.ReadyJob) store.Release { return store.Release{Skip: true} }))
+}
+
+// Creating a run hands each root job to the Releaser once, with the run's
+// number, before its row is written: the job is written queued with the
+// Releaser's requirement, spec and queue timeout, or ended with its
+// reason and its steps skipped. Jobs with needs and max_parallel groups
+// wait for their turn.
+func TestRootsAreReleasedAsTheyAreWritten(t *testing.T) {
+	var seen []store.ReadyJob
+	decide := func(rj store.ReadyJob) store.Release {
+		seen = append(seen, rj)
+		switch rj.Name {
+		case "never":
+			return store.Release{Skip: true, SkipReason: "if: false"}
+		case "broken":
+			return store.Release{Fail: "env.X: bad expression"}
+		}
+		req := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "big")}
+		return store.Release{Requirement: &req, QueueTimeout: time.Minute,
+			Spec: json.RawMessage(fmt.Sprintf(`{"run":%d,"was":%s}`, rj.RunNumber, rj.Spec))}
+	}
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		seen = nil
+		root := job("root")
+		root.Spec = json.RawMessage(`{"v":1}`)
+		wave := job("wave")
+		wave.MaxParallel = 1
+		cr := mustCreate(t, db, newRun(root, job("never"), job("broken"), wave, job("after", need("root"))))
+		var names []string
+		for _, rj := range seen {
+			names = append(names, rj.Name)
+			if rj.RunNumber != cr.Number || rj.RunID != cr.ID || rj.ID != cr.Jobs[rj.Name] {
+				t.Fatalf("ready job %+v of run #%d %s", rj, cr.Number, cr.ID)
+			}
+		}
+		if strings.Join(names, ",") != "root,never,broken,wave" {
+			t.Fatalf("released %v, want root, never, broken, then the wave", names)
+		}
+		j := wantStatus(t, db, cr.Jobs["root"], kiln.JobQueued)
+		want := fmt.Sprintf(`{"run":%d,"was":{"v":1}}`, cr.Number)
+		if string(j.Spec) != want || j.Requirement.Key() != "big,linux" || j.PendingReason != store.ReasonWaiting ||
+			!j.QueuedAt.Equal(clock.Now()) || !j.ExpiresAt.Equal(clock.Now().Add(time.Minute)) {
+			t.Fatalf("root: spec %s key %q reason %q queued %v expires %v", j.Spec, j.Requirement.Key(), j.PendingReason, j.QueuedAt, j.ExpiresAt)
+		}
+		for name, msg := range map[string]string{"never": "if: false", "broken": "env.X: bad expression"} {
+			j := mustJob(t, db, cr.Jobs[name])
+			if !j.Status.Terminal() || j.Error != msg || j.FinishedAt.IsZero() {
+				t.Fatalf("%s: %s %q", name, j.Status, j.Error)
+			}
+			for _, st := range j.Steps {
+				if st.Status != kiln.StepSkipped {
+					t.Fatalf("%s: step %s is %s, want skipped", name, st.Name, st.Status)
+				}
+			}
+		}
+		wantStatus(t, db, cr.Jobs["wave"], kiln.JobQueued)
+		wantStatus(t, db, cr.Jobs["after"], kiln.JobPending)
+		var queued, finished []string
+		for _, r := range cr.Queued {
+			queued = append(queued, r.Name)
+		}
+		for _, r := range cr.Finished {
+			finished = append(finished, r.Name)
+		}
+		sort.Strings(queued)
+		sort.Strings(finished)
+		if strings.Join(queued, ",") != "root,wave" || strings.Join(finished, ",") != "broken,never" {
+			t.Fatalf("effects: queued %v finished %v", queued, finished)
+		}
+	}, storetest.ReleaseWith(decide))
 }
 
 // Run status over its life: pending, running at the first claim, success.

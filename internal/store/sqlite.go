@@ -70,7 +70,7 @@ func sqliteDSN(path string, params ...string) string {
 	return v.String()
 }
 
-func openSQLite(ctx context.Context, c *core) error {
+func openSQLite(ctx context.Context, c *DB) error {
 	path, err := sqlitePath(c.cfg.URL)
 	if err != nil {
 		return err

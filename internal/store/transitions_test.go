@@ -196,7 +196,7 @@ func TestTransitionTable(t *testing.T) {
 		}, want: map[kiln.JobStatus]kiln.JobStatus{kiln.JobQueued: kiln.JobUnroutable}},
 	}
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		f := &fixture{t: t, db: db.WithReleaser(specReleaser), clock: clock}
+		f := &fixture{t: t, db: db, clock: clock}
 		for _, o := range ops {
 			for _, from := range kiln.JobStatuses {
 				fj := f.jobIn(from)
@@ -232,7 +232,7 @@ func TestTransitionTable(t *testing.T) {
 				}
 			}
 		}
-	})
+	}, storetest.ReleaseWith(specReleaser))
 }
 
 // A lease-guarded report under an old epoch is refused with ErrStaleLease

@@ -130,7 +130,7 @@ func (h handle) reader() querier {
 	if h.tx != nil {
 		return h.tx
 	}
-	return readPool{h.db.core}
+	return readPool{h.db}
 }
 
 // now is the transaction's time, or the clock's for a read outside one.
@@ -147,7 +147,7 @@ type querier interface {
 	queryRow(ctx context.Context, q string, args ...any) *sql.Row
 }
 
-type readPool struct{ c *core }
+type readPool struct{ c *DB }
 
 func (p readPool) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	rows, err := p.c.read.QueryContext(ctx, p.c.bind(q), args...)
@@ -239,36 +239,36 @@ const maxPrepared = 512
 
 // prepareWanted prepares, on the now free writer connection, the statements
 // a transaction ran unprepared.
-func (c *core) prepareWanted(ctx context.Context, qs []string) {
+func (db *DB) prepareWanted(ctx context.Context, qs []string) {
 	for _, q := range qs {
-		if _, ok := c.stmts.Load(q); ok || c.nstmts.Load() >= maxPrepared {
+		if _, ok := db.stmts.Load(q); ok || db.nstmts.Load() >= maxPrepared {
 			continue
 		}
-		st, err := c.write.PrepareContext(ctx, q)
+		st, err := db.write.PrepareContext(ctx, q)
 		if err != nil {
 			continue // the unprepared path reports errors
 		}
-		if _, loaded := c.stmts.LoadOrStore(q, st); loaded {
+		if _, loaded := db.stmts.LoadOrStore(q, st); loaded {
 			_ = st.Close()
 			continue
 		}
-		c.nstmts.Add(1)
+		db.nstmts.Add(1)
 	}
 }
 
 // bind rewrites ? placeholders for the dialect, caching static statements.
-func (c *core) bind(q string) string {
-	if !c.dialect.dollarParams() {
+func (db *DB) bind(q string) string {
+	if !db.dialect.dollarParams() {
 		return q
 	}
-	if v, ok := c.rebound.Load(q); ok {
+	if v, ok := db.rebound.Load(q); ok {
 		return v.(string)
 	}
 	out := rebind(q)
 	// Statements with expanded IN lists vary in length; cache only the
 	// shorter, static ones so the map stays small.
 	if len(q) < 4096 {
-		c.rebound.Store(q, out)
+		db.rebound.Store(q, out)
 	}
 	return out
 }

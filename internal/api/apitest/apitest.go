@@ -72,12 +72,14 @@ type Harness struct {
 // Option adjusts the API's Config.
 type Option func(*api.Config)
 
-// New starts the API over db (a fresh store of any backend).
+// New starts the API over db, a fresh store of any backend opened with the
+// engine's Releaser (storetest.ReleaseWith(engine.Release)). No fleet runs:
+// jobs stay queued.
 func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	eng := engine.New(db, engine.Config{})
-	proc := ingress.New(eng.DB(), eng, ingress.NewSources(eng.DB(), forge.Options{}), ingress.Config{PollInterval: 50 * time.Millisecond})
+	eng := engine.New(db, nil, engine.Config{})
+	proc := ingress.New(db, eng, ingress.NewSources(db, forge.Options{}), ingress.Config{PollInterval: 50 * time.Millisecond})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = proc.Run(ctx) }()
@@ -90,7 +92,7 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	h, err := api.New(api.Deps{DB: eng.DB(), Engine: eng, Ingress: proc, Logs: logs, Fleet: fleet}, cfg)
+	h, err := api.New(api.Deps{DB: db, Engine: eng, Ingress: proc, Logs: logs, Fleet: fleet}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &Harness{URL: srv.URL, Token: token, DB: eng.DB(), Engine: eng, Ingress: proc, Logs: logs,
+	hs := &Harness{URL: srv.URL, Token: token, DB: db, Engine: eng, Ingress: proc, Logs: logs,
 		Fleet: fleet, Client: client, Server: srv}
 	hs.Repo = newRepo(t)
 	src := forge.Source{Name: SourceName, Kind: forge.KindLocal, Local: &forge.LocalConfig{Path: hs.Repo}}

@@ -97,7 +97,7 @@ func setupPostgres() {
 	if pgErr = adminExec("CREATE DATABASE " + pgTmpl); pgErr != nil {
 		return
 	}
-	db, err := store.Open(context.Background(), store.Config{URL: withDatabase(pgAdmin, pgTmpl)})
+	db, err := store.Open(context.Background(), store.Config{URL: withDatabase(pgAdmin, pgTmpl), Releaser: QueueAsCreated})
 	if err != nil {
 		pgErr = fmt.Errorf("migrate the template database: %w", err)
 		return

@@ -30,6 +30,17 @@ func WithClock(clock func() time.Time) Option {
 // WithConfig applies f to the Config (URL and Clock included).
 func WithConfig(f func(*store.Config)) Option { return Option(f) }
 
+// ReleaseWith opens the store with r as its Releaser (engine.Release, or a
+// test's own). Without it, stores are opened with QueueAsCreated.
+func ReleaseWith(r store.Releaser) Option {
+	return func(c *store.Config) { c.Releaser = r }
+}
+
+// QueueAsCreated is the Releaser of tests of the store alone: every job
+// whose needs are met is queued with the requirement and spec it was
+// created with.
+func QueueAsCreated(store.ReadyJob) store.Release { return store.Release{} }
+
 // Main runs the tests and then stops the private PostgreSQL server, if one
 // was started. Call it from TestMain.
 func Main(m *testing.M) int {
@@ -82,7 +93,7 @@ func ForEach(t *testing.T, fn func(t *testing.T, db *store.DB), opts ...Option) 
 
 func open(t testing.TB, url string, opts []Option) *store.DB {
 	t.Helper()
-	cfg := store.Config{URL: url}
+	cfg := store.Config{URL: url, Releaser: QueueAsCreated}
 	for _, o := range opts {
 		o(&cfg)
 	}

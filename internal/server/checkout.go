@@ -1,0 +1,37 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kilnci/kiln/internal/ingress"
+	"github.com/kilnci/kiln/internal/jobspec"
+	"github.com/kilnci/kiln/internal/proto"
+)
+
+// sourceCredentials are the server's fleet.CloneCredentials: the clone URL
+// and credentials of a job's source for its repository, minted when the job
+// is sent (an installation token is short-lived; nothing secret waits in the
+// queue). A job from no configured source is cloned as its event named it.
+type sourceCredentials struct{ sources *ingress.Sources }
+
+// Checkout returns the checkout of src with the source's credentials.
+func (s sourceCredentials) Checkout(ctx context.Context, src jobspec.Checkout) (*proto.Checkout, error) {
+	co := &proto.Checkout{URL: src.URL, Ref: src.Ref, SHA: src.SHA}
+	if src.Source == "" {
+		return co, nil
+	}
+	_, repo, err := s.sources.Repo(ctx, src.Source)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", src.Source, err)
+	}
+	ci, err := repo.Clone(ctx, src.Repository)
+	if err != nil {
+		return nil, fmt.Errorf("clone credentials for %s: %w", src.Repository, err)
+	}
+	co.URL = ci.URL
+	if ci.Username != "" || ci.Password != "" {
+		co.Auth = &proto.GitAuth{Username: ci.Username, Password: ci.Password}
+	}
+	return co, nil
+}
