@@ -13,13 +13,18 @@
 //     of state besides the socket.
 //   - Every write to the store about jobs goes through the committer
 //     (committer.go), one goroutine that commits the operations of many
-//     connections in one transaction (group commit) and hands the effects to
-//     the engine in commit order. Operations about one agent are therefore
-//     ordered: a claim for an agent and the loss of that agent never race.
+//     connections in one transaction (group commit) and reports the effects
+//     in commit order on Effects, which the engine reads and applies (waking
+//     this fleet for the jobs they queued, among others): the fleet needs no
+//     engine, the engine takes the fleet as its Dispatcher. Operations about
+//     one agent are therefore ordered: a claim for an agent and the loss of
+//     that agent never race.
 //   - The dispatcher (dispatch.go), one goroutine, turns wake-ups (jobs
 //     entered the queue, an agent freed a slot) into claims for idle agents,
 //     sends the job.dispatch frames, and keeps each waiting job's pending
-//     reason current.
+//     reason current. A frame embeds the job's stored spec as it is
+//     (internal/jobspec, proto.EncodeDispatch) with the checkout the
+//     CloneCredentials given to New make for it, asked per job.
 //   - The monitor (monitor.go), one goroutine, runs the heartbeat monitor
 //     and the store's sweeps (ack deadlines, recovery windows, stale jobs)
 //     and writes buffered job heartbeats.
