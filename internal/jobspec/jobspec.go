@@ -33,7 +33,7 @@ type Job struct {
 // Checkout is where a job's code lives: the run's source and repository and
 // the commit its event named.
 type Checkout struct {
-	Source     string `json:"source,omitempty"` // the configured source the run came from; "" for none
+	Source     string `json:"source,omitempty"` // the id of the configured source the run came from; "" for none
 	Repository string `json:"repository,omitempty"`
 	URL        string `json:"url,omitempty"` // the clone URL the event gave
 	Ref        string `json:"ref,omitempty"`
