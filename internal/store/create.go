@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // Create stores a run with all its jobs, steps and needs edges, and releases
@@ -249,7 +250,7 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 // releaseRoots releases the jobs without needs: max_parallel groups through
 // their first wave, the others one by one.
 func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids []string) error {
-	waves := map[runBase]int{}
+	waves := runrules.Waves{}
 	// A group carried over whole from a rerun (every child reused) has
 	// ended already; its dependents are evaluated below.
 	reusedBases := map[string]bool{}
@@ -264,7 +265,7 @@ func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids
 			continue
 		}
 		if j.MaxParallel > 0 {
-			waves[runBase{runID, j.Base}] = j.MaxParallel
+			waves.Add(runrules.Group{RunID: runID, Base: j.Base}, j.MaxParallel)
 			continue
 		}
 		roots = append(roots, pendingJob{ID: ids[i], RunID: runID, Name: j.Name, Base: j.Base,
@@ -274,7 +275,7 @@ func (t *txn) releaseRoots(ctx context.Context, runID string, jobs []NewJob, ids
 		return err
 	}
 	for _, base := range sortedKeysBool(reusedBases) {
-		if err := t.releaseDependents(ctx, runBase{runID, base}, waves); err != nil {
+		if err := t.releaseDependents(ctx, runrules.Group{RunID: runID, Base: base}, waves); err != nil {
 			return err
 		}
 	}
