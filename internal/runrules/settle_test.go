@@ -78,6 +78,11 @@ func TestStopFor(t *testing.T) {
 			t.Errorf("StopFor(%s) = %v, want %v", s, got, want[s])
 		}
 	}
+	for _, s := range kiln.JobStatuses {
+		if got, want := Forced(s), s == kiln.JobDispatched || s == kiln.JobRunning || s == kiln.JobCancelling; got != want {
+			t.Errorf("Forced(%s) = %v", s, got)
+		}
+	}
 	if m := FailFastMessage("test (1)"); m != "cancelled by fail_fast: test (1) failed" {
 		t.Errorf("message %q", m)
 	}

@@ -30,6 +30,14 @@ func StopFor(s kiln.JobStatus) Stop {
 	return StopNothing
 }
 
+// Forced reports whether a forced cancel — a second request, after the
+// agents did not answer the first — also ends a job in status s at once:
+// every job on an agent or being cancelled is cancelled without waiting
+// for its agent (which is still asked to stop).
+func Forced(s kiln.JobStatus) bool {
+	return s == kiln.JobDispatched || s == kiln.JobRunning || s == kiln.JobCancelling
+}
+
 // FailFastMessage is the error of a sibling fail_fast cancelled.
 func FailFastMessage(failed string) string {
 	return "cancelled by fail_fast: " + failed + " failed"

@@ -61,25 +61,12 @@ func (t *txn) settle(ctx context.Context) error {
 // racing on PostgreSQL is either seen (and the job asked to cancel) or kept
 // out by the mark.
 func (t *txn) failFast(ctx context.Context, failed runrules.Ended) error {
-	rows, err := t.query(ctx, "UPDATE jobs SET stop = 1 WHERE run_id = ? AND base = ? AND id <> ? AND status IN ("+statusList(nonTerminal)+") RETURNING id, status",
-		failed.RunID, failed.Base, failed.ID)
+	siblings, err := t.stopMark(ctx, "run_id = ? AND base = ? AND id <> ?", failed.RunID, failed.Base, failed.ID)
 	if err != nil {
 		return fmt.Errorf("fail_fast: %w", err)
 	}
-	var siblings []jobStatus
-	for rows.Next() {
-		var j jobStatus
-		if err := rows.Scan(&j.id, &j.status); err != nil {
-			rows.Close()
-			return err
-		}
-		siblings = append(siblings, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return t.stop(ctx, siblings, runrules.FailFastMessage(failed.Name))
+	_, err = t.stop(ctx, siblings, runrules.FailFastMessage(failed.Name))
+	return err
 }
 
 // jobStatus is a job and the status it was read in.
@@ -88,9 +75,30 @@ type jobStatus struct {
 	status kiln.JobStatus
 }
 
+// stopMark sets the stop mark of the unfinished jobs where selects and
+// returns them as they are now. Marking first reads them back under row
+// locks, so a claim racing on PostgreSQL is either seen (the job is on an
+// agent) or kept out by the mark.
+func (t *txn) stopMark(ctx context.Context, where string, args ...any) ([]jobStatus, error) {
+	rows, err := t.query(ctx, "UPDATE jobs SET stop = 1 WHERE "+where+" AND status IN ("+statusList(nonTerminal)+") RETURNING id, status", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []jobStatus
+	for rows.Next() {
+		var j jobStatus
+		if err := rows.Scan(&j.id, &j.status); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
 // stop applies runrules.StopFor to stop-marked jobs: those no agent runs are
 // cancelled with msg, those on agents move to cancelling.
-func (t *txn) stop(ctx context.Context, jobs []jobStatus, msg string) error {
+func (t *txn) stop(ctx context.Context, jobs []jobStatus, msg string) ([]movedJob, error) {
 	var waiting, recovering, ask []string
 	for _, j := range jobs {
 		switch runrules.StopFor(j.status) {
@@ -104,19 +112,21 @@ func (t *txn) stop(ctx context.Context, jobs []jobStatus, msg string) error {
 			ask = append(ask, j.id)
 		}
 	}
+	var out []movedJob
 	for _, m := range []struct {
 		mv  move
 		ids []string
-		err string
-	}{{mCancelWaiting, waiting, msg}, {mCancelRecovering, recovering, msg}, {mCancelAsk, ask, ""}} {
+	}{{mCancelWaiting, waiting}, {mCancelRecovering, recovering}, {mCancelAsk, ask}} {
 		if len(m.ids) == 0 {
 			continue
 		}
-		if _, err := t.move(ctx, m.mv, change{ids: m.ids, err: m.err}); err != nil {
-			return err
+		moved, err := t.move(ctx, m.mv, change{ids: m.ids, err: msg})
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, moved...)
 	}
-	return nil
+	return out, nil
 }
 
 // releaseDependents decides the pending dependents of a group once every
