@@ -14,7 +14,9 @@
 // of kiln.CanTransition (moves.go lists every one the store makes). When a job
 // ends, the same transaction evaluates its dependents (needs result sets, skip
 // cascades, max_parallel waves, fail_fast) and rolls the run up, so a crash
-// never leaves a run half-decided. Jobs whose needs are met are handed to a
+// never leaves a run half-decided. What each of those — and each requeue,
+// recovery, stale or expiry — decides is internal/runrules': the store loads
+// the state a rule reads, calls it, and applies the decision. Jobs whose needs are met are handed to a
 // Releaser callback from the engine inside the transaction; it decides
 // queue, skip or fail without doing I/O.
 //
