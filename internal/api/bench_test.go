@@ -38,6 +38,7 @@ func BenchmarkLogHistory(b *testing.B) {
 // BenchmarkLogFollow appends batches of 100 lines while a client follows
 // the job, and waits for each batch to reach the client: the live path
 // agent → log store → API → viewer.
+// Proves B83 (docs/behaviours.md).
 func BenchmarkLogFollow(b *testing.B) {
 	h := apitest.New(b, storetest.New(b))
 	h.Dispatch(b)
