@@ -22,7 +22,7 @@ func statusOf(r kiln.Result) kiln.JobStatus {
 }
 
 // Every `when` set against a one-child group: met exactly when the child's
-// result is in the set, whichever failing status produced a failure.
+// result is in the set, whichever failing status produced a failure (B13).
 func TestEveryWhenSetOneChild(t *testing.T) {
 	failures := []kiln.JobStatus{kiln.JobFailed, kiln.JobTimedOutStale, kiln.JobUnroutable, kiln.JobAgentLost}
 	for mask := 1; mask < 16; mask++ {
@@ -42,7 +42,7 @@ func TestEveryWhenSetOneChild(t *testing.T) {
 }
 
 // A matrix group: met when every child's result is accepted, or when
-// failure is accepted and some child failed.
+// failure is accepted and some child failed (B13).
 func TestWhenOverAMatrixGroup(t *testing.T) {
 	cases := []struct {
 		accept   []kiln.Result
@@ -72,6 +72,8 @@ func TestWhenOverAMatrixGroup(t *testing.T) {
 	}
 }
 
+// A pending dependent is decided in order: not yet, cancelled with its run,
+// skipped on an unmet need (B14), held for a slot, released.
 func TestDecideDependent(t *testing.T) {
 	ok := []Upstream{{"a", "a", kiln.JobSuccess}, {"b (1)", "b", kiln.JobSuccess}, {"b (2)", "b", kiln.JobFailed}}
 	needs := []Need{{"a", []kiln.Result{success}}, {"b", []kiln.Result{success, failure}}}

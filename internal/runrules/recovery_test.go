@@ -10,7 +10,7 @@ import (
 const maxAttempts = 3
 
 // Putting a held job back in the queue: a stop mark wins, then the attempt
-// budget; only jobs an agent holds or held are touched.
+// budget; only jobs an agent holds or held are touched (B31).
 func TestRequeued(t *testing.T) {
 	why := "agent busy"
 	cases := []struct {
@@ -37,7 +37,7 @@ func TestRequeued(t *testing.T) {
 }
 
 // The end of a recovery window, for every on_agent_lost policy, started or
-// not, stopped or not, first or second loss, attempts left or not.
+// not, stopped or not, first or second loss, attempts left or not (B53).
 func TestWindowOver(t *testing.T) {
 	why := "gone"
 	requeue := Outcome{Verdict: Requeue, Reason: "gone before the job started"}
@@ -101,7 +101,7 @@ func TestAgentGone(t *testing.T) {
 	}
 }
 
-// A reconnecting agent keeps what it still holds under the same epoch.
+// A reconnecting agent keeps what it still holds under the same epoch (B52).
 func TestAgentBack(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -137,6 +137,8 @@ func TestStale(t *testing.T) {
 	}
 }
 
+// A queued job past its timeout: its provisioning error, else unroutable,
+// else the generic queue-timeout message, the run's reason left alone (B40).
 func TestExpired(t *testing.T) {
 	req := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "gpu"), Exclude: kiln.NewLabels("slow")}
 	cases := []struct {

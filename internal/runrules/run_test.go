@@ -181,7 +181,7 @@ func need(job string, when ...kiln.Result) Need {
 }
 
 // A failure skips its dependents and theirs in turn; `when:` sets that
-// accept failure or skipped run instead.
+// accept failure or skipped run instead (B14).
 func TestSkipCascade(t *testing.T) {
 	s := &sim{t: t, jobs: []*simJob{
 		plain("build"),
@@ -207,7 +207,7 @@ func TestSkipCascade(t *testing.T) {
 }
 
 // max_parallel: the group releases at most N children at once, in creation
-// order, and the next as each ends — failed or not, without fail_fast.
+// order, and the next as each ends — failed or not, without fail_fast (B17).
 func TestWaves(t *testing.T) {
 	s := &sim{t: t}
 	for _, n := range []string{"t (1)", "t (2)", "t (3)", "t (4)", "t (5)"} {
@@ -243,7 +243,7 @@ func TestWaveOfDependents(t *testing.T) {
 
 // fail_fast: a failed child stops its siblings — waiting ones at once, those
 // on agents through cancelling — and the group's dependents wait for the
-// last of them.
+// last of them (B18).
 func TestFailFast(t *testing.T) {
 	for _, failFast := range []bool{true, false} {
 		s := &sim{t: t}

@@ -48,6 +48,7 @@ func TestWavesInRunThenBaseOrder(t *testing.T) {
 	}
 }
 
+// Which statuses hold a max_parallel slot, and how many are free (B17).
 func TestSlots(t *testing.T) {
 	holds := map[kiln.JobStatus]bool{kiln.JobQueued: true, kiln.JobDispatched: true, kiln.JobRunning: true, kiln.JobRecovering: true, kiln.JobCancelling: true}
 	for _, s := range kiln.JobStatuses {
