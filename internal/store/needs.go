@@ -162,32 +162,37 @@ func (t *txn) releaseDependents(ctx context.Context, g runrules.Group, waves run
 	}
 	// Whether the run is being cancelled is read once, and only when some
 	// dependent's needs have all ended (the only case the rule asks).
-	var cancelled *bool
+	var known, cancelled bool
 	for _, p := range cands {
 		edges, ups, err := t.loadNeeds(ctx, p)
 		if err != nil {
 			return err
 		}
-		state := runrules.Pending{Needs: make([]runrules.Need, len(edges)), Upstream: make([]runrules.Upstream, len(ups)), MaxParallel: p.MaxParallel}
-		for i, e := range edges {
-			state.Needs[i] = runrules.Need(e)
-		}
-		for i, u := range ups {
-			state.Upstream[i] = runrules.Upstream{Name: u.Name, Base: u.Base, Status: u.Status}
-		}
-		if runrules.NeedsEnded(state.Upstream) && cancelled == nil {
-			c, err := t.runCancelRequested(ctx, p.RunID)
-			if err != nil {
+		state := pendingState(p, edges, ups)
+		if !known && runrules.NeedsEnded(state.Upstream) {
+			if cancelled, err = t.runCancelRequested(ctx, p.RunID); err != nil {
 				return err
 			}
-			cancelled = &c
+			known = true
 		}
-		state.RunCancelled = cancelled != nil && *cancelled
+		state.RunCancelled = cancelled
 		if err := t.applyDependent(ctx, p, ups, state, waves); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// pendingState is what runrules.DecideDependent reads of a pending job.
+func pendingState(p pendingJob, edges []NeedEdge, ups []UpstreamJob) runrules.Pending {
+	state := runrules.Pending{Needs: make([]runrules.Need, len(edges)), Upstream: make([]runrules.Upstream, len(ups)), MaxParallel: p.MaxParallel}
+	for i, e := range edges {
+		state.Needs[i] = runrules.Need(e)
+	}
+	for i, u := range ups {
+		state.Upstream[i] = runrules.Upstream{Name: u.Name, Base: u.Base, Status: u.Status}
+	}
+	return state
 }
 
 // applyDependent carries out runrules.DecideDependent for one pending job.
