@@ -25,9 +25,10 @@ type Ended struct {
 func (e Ended) Group() Group { return Group{e.RunID, e.Base} }
 
 // Consequences is what a batch of ended jobs sets in motion, in the order
-// the store applies it: fail_fast first (so no dependent is released from a
-// group still being stopped), then the dependents of each ended group, then
-// the waves of max_parallel groups.
+// the store applies it: fail_fast first, so the dependents and waves see
+// the siblings already stopped (a wave never releases a child fail_fast is
+// about to cancel); then the dependents of each ended group; then the waves
+// of max_parallel groups.
 type Consequences struct {
 	// FailFast holds, per fail_fast group with a failed child among the
 	// batch, the first such child: its siblings are stopped (see Stop) with
@@ -47,13 +48,21 @@ type Consequences struct {
 // consequences end in turn come back as a new batch, until nothing follows.
 func AfterEnded(ended []Ended) Consequences {
 	c := Consequences{Waves: Waves{}}
+	var stopped, decided map[Group]bool // sweeps end up to a thousand jobs at once
 	for _, j := range ended {
 		g := j.Group()
-		if j.FailFast && j.Status.Result() == kiln.ResultFailure &&
-			!slices.ContainsFunc(c.FailFast, func(f Ended) bool { return f.Group() == g }) {
+		if j.FailFast && j.Status.Result() == kiln.ResultFailure && !stopped[g] {
+			if stopped == nil {
+				stopped = map[Group]bool{}
+			}
+			stopped[g] = true
 			c.FailFast = append(c.FailFast, j)
 		}
-		if j.HasDependents && !slices.Contains(c.Dependents, g) {
+		if j.HasDependents && !decided[g] {
+			if decided == nil {
+				decided = map[Group]bool{}
+			}
+			decided[g] = true
 			c.Dependents = append(c.Dependents, g)
 		}
 		if j.MaxParallel > 0 {
