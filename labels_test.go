@@ -29,6 +29,7 @@ func TestRequirementKeyRoundTrip(t *testing.T) {
 	}
 }
 
+// Proves B28 (docs/behaviours.md).
 func TestAgentAccepts(t *testing.T) {
 	plain := AgentLabels{Labels: NewLabels("linux", "amd64", "local")}
 	gpu := AgentLabels{Labels: NewLabels("linux", "amd64", "gpu"), Mandatory: NewLabels("gpu")}

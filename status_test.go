@@ -59,6 +59,7 @@ func TestResultMapping(t *testing.T) {
 	}
 }
 
+// Proves B26 (docs/behaviours.md).
 func TestRollUp(t *testing.T) {
 	cases := []struct {
 		jobs []JobStatus

@@ -13,6 +13,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 )
 
+// Proves B43 (docs/behaviours.md).
 func TestRegisterSendsIdentityLabelsAndKeepsTheID(t *testing.T) {
 	orch := agenttest.New(t)
 	stateDir := t.TempDir()
@@ -55,6 +56,7 @@ func TestRegisterSendsIdentityLabelsAndKeepsTheID(t *testing.T) {
 	}
 }
 
+// Proves B46 (docs/behaviours.md).
 func TestHeartbeatsAtTheIntervalsOfTheRegisterAck(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, nil)
@@ -155,6 +157,7 @@ func TestDispatchRunsTheJobAndReportsEverything(t *testing.T) {
 	expectAck(t, c)
 }
 
+// Proves B46 (docs/behaviours.md).
 func TestAgentStatusFollowsCapacity(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, nil)

@@ -17,6 +17,7 @@ func untilStatus(t *testing.T, c *agenttest.Conn, ok func(*proto.AgentStatus) bo
 	})
 }
 
+// Proves B55 (docs/behaviours.md).
 func TestDrainFinishesTheRunningJobThenExits(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, nil)
@@ -55,6 +56,7 @@ func TestDrainFinishesTheRunningJobThenExits(t *testing.T) {
 	}
 }
 
+// Proves B55 (docs/behaviours.md).
 func TestOrchestratorDrainsTheAgent(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, nil)
@@ -88,6 +90,7 @@ func TestDrainWaitsForTheFinalStatusToBeAcknowledged(t *testing.T) {
 	}
 }
 
+// Proves B55 (docs/behaviours.md).
 func TestSecondSignalHardStops(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, nil)

@@ -177,6 +177,7 @@ func TestOutboxDiscard(t *testing.T) {
 // (dropping lines whose seq it already holds) and checks that no status is
 // ever lost, every frame is valid, the bound holds, and every line missing
 // from a step's stored log is accounted for by a stored gap marker.
+// Proves B51 (docs/behaviours.md).
 func FuzzOutbox(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 1, 2, 3, 1, 1, 4, 0, 1, 1})
 	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 5, 1, 1, 1})

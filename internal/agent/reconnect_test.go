@@ -35,6 +35,7 @@ func describeAll(fs []agenttest.Frame) []string {
 	return out
 }
 
+// Proves B51 (docs/behaviours.md).
 func TestUnacknowledgedFramesAreReplayedInOrderAfterAReconnect(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, nil)
@@ -84,6 +85,7 @@ func TestUnacknowledgedFramesAreReplayedInOrderAfterAReconnect(t *testing.T) {
 	}
 }
 
+// Proves B51 (docs/behaviours.md).
 func TestBufferOverflowDropsOldestLogsBehindOneGapMarker(t *testing.T) {
 	orch := agenttest.New(t)
 	h := startAgent(t, orch, func(c *Config) { c.BufferFrames = 8; c.MaxFrameLines = 10 })
@@ -178,6 +180,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 	}
 }
 
+// Proves B50 (docs/behaviours.md).
 func TestReconnectDelaysGrowAndResetAfterRegistering(t *testing.T) {
 	orch := agenttest.New(t)
 	orch.SetOffline(true)
@@ -200,7 +203,7 @@ func TestReconnectDelaysGrowAndResetAfterRegistering(t *testing.T) {
 	h.connect(t, proto.RegisterAck{})
 }
 
-// The agent side of seed checklist item 63: AGENT_ID_IN_USE comes with a
+// The agent side of B44: AGENT_ID_IN_USE comes with a
 // retryable close (4003), and the agent retries.
 func TestRetryableClosesReconnect(t *testing.T) {
 	orch := agenttest.New(t)
@@ -216,6 +219,7 @@ func TestRetryableClosesReconnect(t *testing.T) {
 	h.connect(t, proto.RegisterAck{})
 }
 
+// Proves B50 (docs/behaviours.md).
 func TestPermanentClosesStopTheAgent(t *testing.T) {
 	cases := []struct {
 		code       int

@@ -30,6 +30,7 @@ func TestAgentIDIsCreatedOnceAndReused(t *testing.T) {
 	}
 }
 
+// Proves B43 (docs/behaviours.md).
 func TestConcurrentAgentsAgreeOnOneID(t *testing.T) {
 	dir := t.TempDir()
 	ids := make([]string, 8)

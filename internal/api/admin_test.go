@@ -20,6 +20,7 @@ func githubSource(name string) forge.Source {
 	return forge.Source{Name: name, Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{Token: "ghp_secret", WebhookSecret: "hook-secret"}}
 }
 
+// Proves B34 (docs/behaviours.md).
 func TestQueueShowsWaitingJobsWithReasons(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		h.Dispatch(t)
@@ -129,6 +130,7 @@ func TestTokensCreateListRevoke(t *testing.T) {
 	})
 }
 
+// Proves B78 (docs/behaviours.md).
 func TestTokenBadRequestsCreateNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		for body, want := range map[string]string{
@@ -150,6 +152,7 @@ func TestTokenBadRequestsCreateNothing(t *testing.T) {
 	})
 }
 
+// Proves B80 (docs/behaviours.md).
 func TestSourcesAreRedactedValidatedAndUnique(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		gh, err := h.Client.AddSource(ctx, githubSource("gh"))

@@ -18,6 +18,7 @@ func concrete(path string) string {
 	return strings.NewReplacer("{run}", "1", "{id}", "1", "{name}", apitest.SourceName).Replace(path)
 }
 
+// Proves B59 (docs/behaviours.md).
 func TestEveryAPIRouteNeedsAToken(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		revokedID, revoked := adminToken(t, h, "revoked")
@@ -84,6 +85,7 @@ func TestExpiredAdminTokenIsRefused(t *testing.T) {
 	wantErrorBody(t, status, body, http.StatusUnauthorized, kiln.CodeUnauthorized, "invalid or expired token")
 }
 
+// Proves B61 (docs/behaviours.md).
 func TestHealthAndReadyNeedNoToken(t *testing.T) {
 	h := apitest.New(t, newSQLite(t))
 	for _, path := range []string{"/health", "/ready"} {
@@ -97,6 +99,7 @@ func TestHealthAndReadyNeedNoToken(t *testing.T) {
 	}
 }
 
+// Proves B61 (docs/behaviours.md).
 func TestReadyAndAuthWhenTheDatabaseIsGone(t *testing.T) {
 	db := newSQLite(t)
 	h := apitest.New(t, db)

@@ -39,6 +39,7 @@ func BenchmarkLogHistory(b *testing.B) {
 // BenchmarkLogFollow appends batches of 100 lines while a client follows
 // the job, and waits for each batch to reach the client: the live path
 // agent → log store → API → viewer.
+// Proves B83 (docs/behaviours.md).
 func BenchmarkLogFollow(b *testing.B) {
 	h := apitest.New(b, storetest.New(b, storetest.ReleaseWith(engine.Release)))
 	h.Dispatch(b)

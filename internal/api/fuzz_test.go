@@ -17,6 +17,7 @@ import (
 // FuzzRequestBody feeds arbitrary bodies to the strict decoder and the
 // validation of every request type: each is either accepted or refused
 // with an invalid or too_large kiln.Error and a sentence; nothing panics.
+// Proves B78 (docs/behaviours.md).
 func FuzzRequestBody(f *testing.F) {
 	for _, seed := range []string{
 		`{}`, `{"name":"x","labels":["linux"],"mandatory":["linux"],"ttl":"1h","single_use":true}`,

@@ -11,6 +11,7 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
+// Proves B6 (docs/behaviours.md).
 func TestDispatchWithInputsStartsARun(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		d, err := h.Client.Dispatch(ctx, api.DispatchRequest{Source: apitest.SourceName, Workflow: "ci",
@@ -54,6 +55,7 @@ func TestDispatchOutcomesThatStartNothing(t *testing.T) {
 	})
 }
 
+// Proves B78 (docs/behaviours.md).
 func TestDispatchBadRequestsRecordNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		cases := []struct {
@@ -82,6 +84,7 @@ func TestDispatchBadRequestsRecordNothing(t *testing.T) {
 	})
 }
 
+// Proves B5 (docs/behaviours.md).
 func TestTriggerALocalPush(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		before := apitest.Git(t, h.Repo, "rev-parse", "HEAD")
@@ -128,6 +131,7 @@ func TestTriggerBadRequests(t *testing.T) {
 	}
 }
 
+// Proves B9 (docs/behaviours.md).
 func TestEventLog(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		h.Dispatch(t)

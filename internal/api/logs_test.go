@@ -162,6 +162,7 @@ func (f *follower) end(t *testing.T) []api.LogLine {
 	}
 }
 
+// Proves B57 (docs/behaviours.md).
 func TestFollowStreamsHistoryThenLiveLinesAndEndsWithTheJob(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		h.Dispatch(t)
@@ -254,6 +255,7 @@ func TestFollowAFinishedJobSendsItsHistoryAndEnds(t *testing.T) {
 // A viewer that stops reading makes its subscription lag: the stream
 // resynchronizes from the file and the viewer still gets every line once,
 // in order.
+// Proves B84 (docs/behaviours.md).
 func TestFollowALaggingViewerLosesNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		h.Dispatch(t)
@@ -297,6 +299,7 @@ func TestFollowALaggingViewerLosesNothing(t *testing.T) {
 
 // A viewer that stops reading altogether is dropped after the write
 // timeout instead of holding the stream (and its goroutine) forever.
+// Proves B84 (docs/behaviours.md).
 func TestFollowDropsAStalledViewer(t *testing.T) {
 	h := apitest.New(t, newSQLite(t), func(c *api.Config) { c.LogWriteTimeout = 200 * time.Millisecond })
 	h.Dispatch(t)

@@ -12,6 +12,7 @@ import (
 )
 
 // The OpenAPI file documents exactly the routes the API serves.
+// Proves B59 (docs/behaviours.md).
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "openapi.yaml"))
 	if err != nil {

@@ -93,6 +93,7 @@ func TestShowRunByNumberOrID(t *testing.T) {
 	})
 }
 
+// Proves B22 (docs/behaviours.md).
 func TestCancelIsGracefulThenForcedThenAConflict(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		run := h.Dispatch(t)
@@ -123,6 +124,7 @@ func TestCancelIsGracefulThenForcedThenAConflict(t *testing.T) {
 	})
 }
 
+// Proves B78 (docs/behaviours.md).
 func TestCancelBadBodiesChangeNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		h.Dispatch(t)

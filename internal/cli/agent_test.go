@@ -100,6 +100,7 @@ func TestAgentTakesFlagsOverEnvironment(t *testing.T) {
 	}
 }
 
+// Proves B55 (docs/behaviours.md).
 func TestAgentDrainsOnSIGTERM(t *testing.T) {
 	orch := agenttest.New(t)
 	res := agentRun(t, map[string]string{"HOME": t.TempDir()}, "--server", orch.URL(), "--token", "kat_x")

@@ -55,6 +55,7 @@ func TestLintClean(t *testing.T) {
 	}
 }
 
+// Proves B71 (docs/behaviours.md).
 func TestLintBroken(t *testing.T) {
 	repo := repoWith(t, map[string]string{"ci.yml": validCI, "deploy.yml": brokenDeploy})
 	code, out, errOut := runCLI(t, nil, "lint", repo)
@@ -125,6 +126,7 @@ func pushPayload(branch string, files ...string) map[string]any {
 	}
 }
 
+// Proves B12 (docs/behaviours.md).
 func TestLintExplain(t *testing.T) {
 	repo := repoWith(t, map[string]string{"ci.yml": validCI, "release.yml": "on: {tag: [\"v*\"]}\njobs: {a: {steps: [{run: x}]}}\n"})
 	payload := writePayload(t, pushPayload("main", "cmd/main.go"))

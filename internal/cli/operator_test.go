@@ -111,6 +111,7 @@ func TestOperatorCommandsFindServerAndToken(t *testing.T) {
 	}
 }
 
+// Proves B60 (docs/behaviours.md).
 func TestRunsListShowCancel(t *testing.T) {
 	o := newOp(t)
 	o.Dispatch(t)

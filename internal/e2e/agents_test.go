@@ -48,6 +48,7 @@ jobs:
 // process: the checkout, every step's log by stream, a failing step
 // continued past, env carried between steps, and outputs passed to the
 // dependent job.
+// Proves B56 (docs/behaviours.md).
 func TestMultiStepJobRunsOnARealAgentProcess(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -141,7 +142,7 @@ func countLines(path string) int {
 // the on_agent_lost: fail job fails agent_lost and the job waiting on it
 // is released (skipped), so the run finishes.
 //
-// Seed checklist item 68 (the socket-close path): what waits on the lost
+// B48 (the socket-close path): what waits on the lost
 // agent's failed job is released.
 func TestAgentKilledMidStepStepsDieAndJobsFollowOnAgentLost(t *testing.T) {
 	t.Parallel()
@@ -285,7 +286,7 @@ func waitLog(t testing.TB, p *proc, want string) {
 // replaces the older connection (which stops: close 4009), and once the id
 // is free a new token may take it.
 //
-// Seed checklist items 63 (AGENT_ID_IN_USE) and 64 (same-token
+// B44 (AGENT_ID_IN_USE) and B45 (same-token
 // reconnects and a new token after the old connection closed are
 // accepted).
 func TestAgentIDClaimedWithAnotherTokenIsRefusedAndTheHolderIsUntouched(t *testing.T) {
@@ -351,7 +352,7 @@ jobs:
 // window, the agent reconnects, keeps its job and finishes it: one
 // dispatch, one attempt, every log line once.
 //
-// Seed checklist item 69 (the heartbeat monitor's ordering).
+// B47 (the heartbeat monitor's ordering).
 func TestSilentAgentIsMarkedUnhealthyThenDroppedAndRecoversItsJob(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) {
@@ -414,6 +415,7 @@ jobs:
 // With local_agents the server starts its own agent processes (the kiln
 // binary, labelled local plus OS and architecture), so a newcomer's server
 // runs jobs with nothing else installed; they stop with the server.
+// Proves B69 (docs/behaviours.md).
 func TestServerRunsJobsOnItsLocalAgents(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) { c.LocalAgents = 1 })

@@ -64,6 +64,7 @@ func newGitHTTP(t testing.TB, root, token string) *gitHTTP {
 // protocol) from the source's web base, authenticated with the source's
 // token as x-access-token — credentials the orchestrator adds when it
 // sends the job, and that never show in the job's log.
+// Proves B58 (docs/behaviours.md).
 func TestGitHubRunChecksOutThePushedCommitWithTheSourceToken(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()

@@ -80,6 +80,7 @@ func (o *operator) run(code int, args ...string) cliResult {
 
 // The server process prints an admin token on its first start only; the
 // token keeps working after a restart, which prints none.
+// Proves B69 (docs/behaviours.md).
 func TestServerPrintsTheAdminTokenOnceOnItsFirstStart(t *testing.T) {
 	t.Parallel()
 	srv := startServerProc(t, t.TempDir(), 0)
@@ -113,6 +114,7 @@ func TestServerPrintsTheAdminTokenOnceOnItsFirstStart(t *testing.T) {
 // stdout, and it starts an agent), agents, trigger, logs --follow while
 // the job runs, runs list/show/rerun/cancel, dispatch, events, queue,
 // drain and revoke.
+// Proves B60 (docs/behaviours.md).
 func TestOperatorCommandsAgainstARealServer(t *testing.T) {
 	t.Parallel()
 	srv := startServerProc(t, t.TempDir(), 0)
@@ -292,6 +294,7 @@ func decode(t testing.TB, s string, v any) {
 // `kiln trigger` with the pushed ref and commits, so a push to the
 // repository starts a run at the pushed commit, and deleting a branch
 // starts nothing. The hook reads the admin token from KILN_TOKEN_FILE.
+// Proves B5 (docs/behaviours.md).
 func TestPostReceiveHookTriggersRunsOnPush(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -364,6 +367,7 @@ jobs:
 // kiln run runs a working tree's workflows through the real orchestrator
 // and an agent, uncommitted changes included: exit 0 when they pass, 1
 // when one fails, 2 when nothing matches or on a usage error.
+// Proves B70 (docs/behaviours.md).
 func TestKilnRunExitCodes(t *testing.T) {
 	t.Parallel()
 	repo := newRepo(t, map[string]string{workflow("ci"): `on:
@@ -398,6 +402,7 @@ jobs:
 // exit 0 when they are valid, 1 with file:line:col for each problem, 2
 // when there is nothing to check; --explain says which workflows GitHub's
 // push payload would start.
+// Proves B71 (docs/behaviours.md).
 func TestKilnLint(t *testing.T) {
 	t.Parallel()
 	repo := newRepo(t, ghWorkflows("/nonexistent/gate"))

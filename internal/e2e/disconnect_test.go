@@ -64,7 +64,7 @@ func waitStep(t testing.TB, pids string) {
 // job's log is let go. (The socket simply closing, kill -9, is
 // TestAgentKilledMidStepStepsDieAndJobsFollowOnAgentLost.)
 //
-// Seed checklist item 68: every disconnect path reaches the release.
+// B48: every disconnect path reaches the release.
 func TestEveryDisconnectPathReleasesWhatWaitsOnTheFailedJob(t *testing.T) {
 	t.Parallel()
 	paths := []struct {
@@ -169,6 +169,7 @@ func TestEveryDisconnectPathReleasesWhatWaitsOnTheFailedJob(t *testing.T) {
 // orchestrator closes that agent's socket with 4031 and requeues the job,
 // which a real agent then runs — under a new lease, so the silent agent
 // could not report on it any more.
+// Proves B30 (docs/behaviours.md).
 func TestUnacknowledgedDispatchIsRequeuedToAnotherAgent(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)

@@ -182,6 +182,7 @@ func asCloseError(err error, ce *websocket.CloseError) bool {
 // job runs on with its one dispatch, a status forged for it by another
 // connection is refused, no run, job or agent appears, and the run ends
 // as it would have.
+// Proves B77 (docs/behaviours.md).
 func TestBadFramesGetAClearErrorAndChangeNothingElse(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) {

@@ -214,6 +214,7 @@ func eventCount(t testing.TB, c *api.Client) int {
 // same delivery again is a duplicate; a bad signature is 401 and records
 // nothing; a pull request and a tag push start their triggers' runs, a
 // tag deletion starts none. On SQLite and PostgreSQL.
+// Proves B68 (docs/behaviours.md).
 func TestGitHubWebhookRunsTheMatchedWorkflowOnARealAgent(t *testing.T) {
 	t.Parallel()
 	for _, b := range storetest.Backends {

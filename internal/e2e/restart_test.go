@@ -34,6 +34,7 @@ func procClient(t testing.TB, s *serverProc) *api.Client {
 // running the step, reconnects, keeps its job (same lease, one dispatch),
 // replays what was not acknowledged, and the stored log holds every line
 // 1..N exactly once, in order.
+// Proves B51 (docs/behaviours.md).
 func TestOrchestratorKilledAndRestartedMidStepKeepsEveryLogLineOnce(t *testing.T) {
 	t.Parallel()
 	for _, b := range storetest.Backends {
@@ -127,6 +128,7 @@ func newGatedAPI(t testing.TB, gh *forgetest.GitHub) *gatedAPI {
 // A server killed (SIGKILL) right after it answered 202 — while the
 // delivery is being processed — processes it after the restart, exactly
 // once: one run, and the real agent runs it.
+// Proves B8 (docs/behaviours.md).
 func TestWebhookAcceptedBeforeACrashIsProcessedOnceAfterRestart(t *testing.T) {
 	t.Parallel()
 	gh := forgetest.NewGitHub(t)

@@ -33,6 +33,7 @@ func exists(path string) bool {
 // cancelled at once and never start, the running step gets SIGTERM and
 // may go on; the second cancel forces it — the step is killed and the run
 // ends cancelled.
+// Proves B22 (docs/behaviours.md).
 func TestCancelIsGracefulThenForced(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -120,6 +121,7 @@ jobs:
 // dependents (the passing job keeps its result, and is not dispatched
 // again); rerunning the whole run runs everything. Each new run names the
 // run it reruns.
+// Proves B24 (docs/behaviours.md).
 func TestRerunOfFailedJobsAndOfTheWholeRunKeepsLineage(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -200,6 +202,7 @@ func markLines(t testing.TB, path string) []string {
 // A run's logs are readable while it runs: the lines so far, and a
 // follower that receives new lines as they are written and ends when the
 // job does.
+// Proves B57 (docs/behaviours.md).
 func TestLogsAreReadableWhileTheRunIsLive(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -275,6 +278,7 @@ func recvLine(t testing.TB, c <-chan string) string {
 // A manual dispatch with typed inputs: the values the step sees are the
 // declared types' (defaults filled in), and a value outside a choice
 // starts nothing and says why.
+// Proves B6 (docs/behaviours.md).
 func TestDispatchWithTypedInputs(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -330,6 +334,7 @@ jobs:
 // A job no agent could ever take (the fleet has no agent with its labels)
 // fails as unroutable once the grace has passed, with a reason naming the
 // labels, while a job of the same run that can run does.
+// Proves B33 (docs/behaviours.md).
 func TestUnroutableJobFailsAfterTheGraceWithAClearReason(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) { c.Queue.UnroutableGrace = 2 * time.Second })
@@ -370,6 +375,7 @@ jobs:
 
 // A workflow's timeout is enforced by the orchestrator: past it the run
 // is cancelled and its step's processes are stopped.
+// Proves B19 (docs/behaviours.md).
 func TestWorkflowTimeoutStopsTheRun(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) { c.Runs.CancelGrace = 2 * time.Second })

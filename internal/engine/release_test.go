@@ -9,6 +9,7 @@ import (
 	"github.com/kilnci/kiln"
 )
 
+// Proves B14 and B25 (docs/behaviours.md).
 func TestJobIfFalseSkipsAndNeedsOutputsReachEnv(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		run := start(t, b, `
@@ -42,6 +43,7 @@ jobs:
 	})
 }
 
+// Proves B16 (docs/behaviours.md).
 func TestMatrixRunsOnAndValuesAreEvaluated(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		run := start(t, b, `
@@ -67,6 +69,7 @@ jobs:
 	})
 }
 
+// Proves B25 (docs/behaviours.md).
 func TestDisagreeingMatrixOutputsFailTheDependent(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		run := start(t, b, `
@@ -88,6 +91,7 @@ jobs:
 	})
 }
 
+// Proves B16 (docs/behaviours.md).
 func TestExpressionErrorAtReleaseFailsTheJobWithAReason(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		// A runs_on expression that evaluates to something that is not a
@@ -110,6 +114,7 @@ jobs:
 	})
 }
 
+// Proves B22 (docs/behaviours.md).
 func TestCancelIsGracefulThenForced(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -147,6 +152,7 @@ jobs:
 	})
 }
 
+// Proves B19 (docs/behaviours.md).
 func TestSweepCancelsRunsPastTheirDeadline(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		run := start(t, b, `
@@ -171,6 +177,7 @@ jobs:
 	})
 }
 
+// Proves B33 (docs/behaviours.md).
 func TestUnroutableJobsFailAfterTheGrace(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()

@@ -21,6 +21,7 @@ jobs:
     steps: [{run: echo}]
 `
 
+// Proves B24 (docs/behaviours.md).
 func TestRerunOnlyFailedJobsCarriesTheRestOver(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -57,6 +58,7 @@ func TestRerunOnlyFailedJobsCarriesTheRestOver(t *testing.T) {
 	})
 }
 
+// Proves B24 (docs/behaviours.md).
 func TestRerunWholeRunStartsEverything(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()

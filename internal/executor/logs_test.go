@@ -86,6 +86,7 @@ func TestLogBatching(t *testing.T) {
 	}
 }
 
+// Proves B57 (docs/behaviours.md).
 func TestLogStreamsAndLongLines(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t, func(c *Config) { c.MaxLineBytes = 1000 })
@@ -123,6 +124,7 @@ func TestLogStreamsAndLongLines(t *testing.T) {
 	}
 }
 
+// Proves B58 (docs/behaviours.md).
 func TestSecretsAreMaskedEvenInPieces(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)
@@ -179,6 +181,7 @@ func TestSecretMaskedAcrossLongLineCut(t *testing.T) {
 
 // TestHostileBranchIsPrintedNotExecuted: an expression in run: reaches the
 // script as an environment variable, never as code.
+// Proves B76 (docs/behaviours.md).
 func TestHostileBranchIsPrintedNotExecuted(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)

@@ -58,6 +58,7 @@ func TestMaskCut(t *testing.T) {
 
 // FuzzMask: whatever the text, no secret survives masking, and text
 // without a secret is left alone.
+// Proves B58 (docs/behaviours.md).
 func FuzzMask(f *testing.F) {
 	f.Add("token-123", "abc token-123 def", 10)
 	f.Add("aaa", "aaaaaaa", 2)

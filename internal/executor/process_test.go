@@ -34,6 +34,7 @@ echo ready
 
 const spawnMarker = "sleep 313"
 
+// Proves B56 (docs/behaviours.md).
 func TestStepEndKillsEveryLeftoverProcess(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)
@@ -186,6 +187,7 @@ func TestCancelBetweenStepsRunsOnlyCancelAwareSteps(t *testing.T) {
 	wantStatuses(t, res, cancelled, skipped, success, skipped, success, skipped)
 }
 
+// Proves B19 (docs/behaviours.md).
 func TestStepTimeout(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t, func(c *Config) { c.GracePeriod = 100 * time.Millisecond })
@@ -219,6 +221,7 @@ func TestStepTimeoutIsRetried(t *testing.T) {
 	}
 }
 
+// Proves B19 (docs/behaviours.md).
 func TestJobTimeout(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t, func(c *Config) { c.GracePeriod = 100 * time.Millisecond })
@@ -270,6 +273,7 @@ func TestCancelDuringRetryWait(t *testing.T) {
 
 // TestAgentDeathKillsSteps kills a stand-in agent process (this test binary
 // running a job) with SIGKILL and checks that the step's processes die too.
+// Proves B56 (docs/behaviours.md).
 func TestAgentDeathKillsSteps(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -82,6 +82,7 @@ func TestFailingStepFailsJobAndSkipsRest(t *testing.T) {
 	}
 }
 
+// Proves B56 (docs/behaviours.md).
 func TestShellIsErrexit(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)
@@ -120,6 +121,7 @@ func TestCustomShells(t *testing.T) {
 	}
 }
 
+// Proves B20 (docs/behaviours.md).
 func TestRetryThenSuccess(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)
@@ -150,6 +152,7 @@ func TestRetryThenSuccess(t *testing.T) {
 	}
 }
 
+// Proves B20 (docs/behaviours.md).
 func TestRetryGivesUp(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)
@@ -163,6 +166,7 @@ func TestRetryGivesUp(t *testing.T) {
 	}
 }
 
+// Proves B20 (docs/behaviours.md).
 func TestRetryBackoff(t *testing.T) {
 	t.Parallel()
 	exp := Retry{Delay: time.Second, MaxDelay: 5 * time.Second, Backoff: BackoffExponential}
@@ -181,6 +185,7 @@ func TestRetryBackoff(t *testing.T) {
 	}
 }
 
+// Proves B21 (docs/behaviours.md).
 func TestContinueOnError(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t)
@@ -287,6 +292,7 @@ func TestStepsSeeTheEventAndRunAsVariables(t *testing.T) {
 	}
 }
 
+// Proves B58 (docs/behaviours.md).
 func TestAgentCredentialsNeverReachSteps(t *testing.T) {
 	t.Parallel()
 	x := newExecutor(t, func(c *Config) {

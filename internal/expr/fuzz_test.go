@@ -134,6 +134,7 @@ func FuzzParseTemplate(f *testing.F) {
 
 // FuzzEval varies the data as well as the expression: inputs is whatever
 // JSON the fuzzer makes up (or null when it is not JSON).
+// Proves B75 (docs/behaviours.md).
 func FuzzEval(f *testing.F) {
 	f.Add("inputs.a[0] == inputs.b", `{"a":[1,"x",null],"b":1}`)
 	f.Add("contains(inputs, inputs[0])", `[[1],[1]]`)

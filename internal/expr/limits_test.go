@@ -14,6 +14,7 @@ func wantLimitErr(t *testing.T, what string, err error, msg string) {
 	}
 }
 
+// Proves B75 (docs/behaviours.md).
 func TestLimitDeepNesting(t *testing.T) {
 	for _, src := range []string{
 		strings.Repeat("(", 10000) + "a" + strings.Repeat(")", 10000),
@@ -34,6 +35,7 @@ func TestLimitDeepNesting(t *testing.T) {
 	}
 }
 
+// Proves B75 (docs/behaviours.md).
 func TestLimitSourceLength(t *testing.T) {
 	long := strings.Repeat("x", MaxSourceBytes+1)
 	_, err := ParseTemplate(long)
@@ -67,6 +69,7 @@ func TestLimitHugeFormat(t *testing.T) {
 	wantLimitErr(t, "small limit", err, "argument 1 is longer than the limit of 100 bytes")
 }
 
+// Proves B75 (docs/behaviours.md).
 func TestLimitSteps(t *testing.T) {
 	env := testEnv()
 	// A chain of falsy operands evaluates every one of them.
@@ -102,6 +105,7 @@ func TestLimitSteps(t *testing.T) {
 	}
 }
 
+// Proves B75 (docs/behaviours.md).
 func TestLimitRenderedSize(t *testing.T) {
 	env := testEnv()
 	env.Contexts["inputs"] = map[string]any{"s": strings.Repeat("s", 100<<10)}

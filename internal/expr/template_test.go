@@ -71,6 +71,7 @@ func TestSubstitute(t *testing.T) {
 
 // The rule from workflow.md: a hostile branch name in `run:` is printed,
 // never executed. The script runs in a real /bin/sh.
+// Proves B76 (docs/behaviours.md).
 func TestSubstituteHostileBranchShell(t *testing.T) {
 	dir := t.TempDir()
 	pwned := filepath.Join(dir, "pwned")

@@ -18,6 +18,7 @@ import (
 // Malformed, oversized and out-of-order frames from a registered agent get
 // a clear error and close the connection; the frame changes nothing (the
 // agent's job only takes the ordinary disconnect path).
+// Proves B77 (docs/behaviours.md).
 func TestBadFrames(t *testing.T) {
 	cfg := fastConfig()
 	cfg.MaxMessageBytes = 64 << 10
@@ -108,6 +109,7 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // An agent sending faster than its limits is slowed, then, past the grace,
 // gets RATE_LIMITED and close 4008; heartbeats are exempt.
+// Proves B77 (docs/behaviours.md).
 func TestRateLimit(t *testing.T) {
 	cfg := fastConfig()
 	cfg.MessagesPerSecond, cfg.MessageBurst, cfg.RateLimitGrace = 50, 10, 200*time.Millisecond

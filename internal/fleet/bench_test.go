@@ -174,6 +174,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // job.dispatch arriving at the one idle agent: "wake" from the engine's
 // Wake call (the fleet's part), "create" from the run's creation (the part
 // of webhook → agent that follows the webhook's own processing).
+// Proves B81 (docs/behaviours.md).
 func BenchmarkDispatchLatency(b *testing.B) {
 	for _, backend := range storetest.Backends {
 		b.Run(backend.Name, func(b *testing.B) {
@@ -209,6 +210,7 @@ func BenchmarkDispatchLatency(b *testing.B) {
 // running → success) through 10 and 100 agents; each iteration is a batch
 // of 1,000 queued jobs woken at once. "nobatch" commits every store
 // operation alone, for comparison with group commit.
+// Proves B82 (docs/behaviours.md).
 func BenchmarkDispatchThroughput(b *testing.B) {
 	const batch = 1000
 	for _, backend := range storetest.Backends {
@@ -255,6 +257,7 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 
 // BenchmarkLogThroughput measures log lines from one agent to the stored
 // log: frames of 500 lines of 100 bytes, sent without waiting for each ack.
+// Proves B83 (docs/behaviours.md).
 func BenchmarkLogThroughput(b *testing.B) {
 	const perFrame = 500
 	h, _ := benchHarness(b, storetest.Backends[0], Config{})
@@ -343,6 +346,7 @@ func idleClientsChild() int {
 // BenchmarkIdleAgents measures the server's memory (heap and stacks in use)
 // and goroutines per idle connected agent, with 2,000 registered agents
 // held by a child process.
+// Proves B85 (docs/behaviours.md).
 func BenchmarkIdleAgents(b *testing.B) {
 	const n = 2000
 	h, _ := benchHarness(b, storetest.Backends[0], Config{})

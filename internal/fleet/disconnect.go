@@ -49,7 +49,7 @@ func causeSuperseded() closeCause {
 }
 
 // released counts what the disconnect function handed back, per kind of
-// waiter (seed checklist item 68 names them for KiCI; these are kiln's).
+// waiter (B48).
 type released struct {
 	// Store: the agent's jobs handed to the store's recovery (AgentLost):
 	// held jobs entered the recovery window, and the unstarted ones were

@@ -13,7 +13,7 @@ import (
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
-// Seed checklist item 68: every disconnect path — the socket closing, the
+// B48: every disconnect path — the socket closing, the
 // heartbeat monitor, an ack timeout, a revoked or expired token, a newer
 // connection, a protocol violation, shutdown — reaches the one disconnect
 // function, which releases each of kiln's waiters on the agent: its jobs

@@ -21,6 +21,7 @@ import (
 // A job released while an agent idles is pushed to it at once, and the
 // agent's reports carry it to its end: started, a step, logs, success; the
 // dependent job follows on the same agent.
+// Proves B29 (docs/behaviours.md).
 func TestPushDispatchLifecycle(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig()})
@@ -82,6 +83,7 @@ func TestPushDispatchLifecycle(t *testing.T) {
 
 // An agent with free capacity takes the oldest queued job it accepts,
 // whatever its key: FIFO across keys.
+// Proves B29 (docs/behaviours.md).
 func TestFIFOAcrossKeys(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig()})
@@ -105,6 +107,7 @@ func TestFIFOAcrossKeys(t *testing.T) {
 // A waiting job says why it waits: no agent with its labels (naming the
 // closest agent), all matching agents busy, all draining; the reason and
 // its since-time change only when the reason does.
+// Proves B34 (docs/behaviours.md).
 func TestPendingReasons(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig()})
@@ -154,6 +157,7 @@ func TestPendingReasons(t *testing.T) {
 
 // Mandatory labels gate dispatch: a tainted agent takes only jobs asking
 // for its mandatory labels.
+// Proves B28 (docs/behaviours.md).
 func TestMandatoryLabels(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig()})

@@ -189,6 +189,7 @@ func agentChild() int {
 // started job waits out its recovery window and is then requeued (its
 // on_agent_lost is retry) to another agent — and the first attempt's step
 // never runs at the same time as the second.
+// Proves B53 (docs/behaviours.md).
 func TestRealAgentKilledMidStep(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig(),

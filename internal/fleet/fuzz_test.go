@@ -26,6 +26,7 @@ import (
 //
 // So an input costs no store work: under the fuzzer's coverage
 // instrumentation the store is slow.
+// Proves B77 (docs/behaviours.md).
 func FuzzAgentFrame(f *testing.F) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, m := range []proto.Message{

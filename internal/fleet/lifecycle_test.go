@@ -16,6 +16,7 @@ func withStore(f func(*store.Config)) func(*store.Config) { return f }
 // A dispatch not acknowledged in time is requeued (its attempt counted)
 // and its agent disconnected with 4031; the job goes to another agent
 // under a new epoch, and the old agent's late reports change nothing.
+// Proves B30 (docs/behaviours.md).
 func TestAckTimeout(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig(), fakeClock: true,
@@ -72,6 +73,7 @@ func TestAckTimeout(t *testing.T) {
 
 // A rejected job goes back to the queue with its attempt counted and on to
 // another agent; a busy agent gets no more work until it says it has room.
+// Proves B30 (docs/behaviours.md).
 func TestReject(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig()})
@@ -100,7 +102,7 @@ func TestReject(t *testing.T) {
 	})
 }
 
-// Seed checklist item 69: the heartbeat monitor marks a silent agent
+// B47: the heartbeat monitor marks a silent agent
 // unhealthy (no new jobs), and drops one silent past DropAfter: its jobs
 // are handed to recovery first, then it is unregistered, then its socket
 // closes with 4004 — so when the agent sees the close, all of it is done.
@@ -149,6 +151,7 @@ func TestHeartbeatMonitorOrdering(t *testing.T) {
 // A dropped connection's unstarted job runs elsewhere at once; its started
 // job waits for the agent's return within the recovery window and stays
 // with it when it lists the job in in_flight.
+// Proves B52 (docs/behaviours.md).
 func TestRecoveryKeepsListedJob(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig()})
@@ -189,6 +192,7 @@ func TestRecoveryKeepsListedJob(t *testing.T) {
 // When the recovery window ends, a started job follows its on_agent_lost:
 // retry requeues it once (a second loss ends it agent_lost), fail ends it
 // agent_lost at once.
+// Proves B53 (docs/behaviours.md).
 func TestRecoveryWindowExpiry(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig(), fakeClock: true,
@@ -227,6 +231,7 @@ func TestRecoveryWindowExpiry(t *testing.T) {
 
 // A running job whose job heartbeats stop is ended timed_out_stale and its
 // agent told to stop it; job heartbeats (written in batches) keep it alive.
+// Proves B49 (docs/behaviours.md).
 func TestStaleDetector(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig(), fakeClock: true,

@@ -41,7 +41,7 @@ func (f *Fleet) monitor(ctx context.Context) {
 	}
 }
 
-// checkAgents is the heartbeat monitor (seed checklist item 69): an agent
+// checkAgents is the heartbeat monitor (B47): an agent
 // silent longer than UnhealthyAfter is logged and gets no new jobs; one
 // silent longer than DropAfter is disconnected — its jobs handed to
 // recovery first, then unregistered, then its socket closed with 4004.

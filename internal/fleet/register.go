@@ -106,7 +106,7 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	}
 	labels := effectiveLabels(m.Labels, osLabel, archLabel, tk.Mandatory)
 
-	// Seed checklist items 63 and 64: an id held or being registered by a
+	// B44 and B45: an id held or being registered by a
 	// connection with another token is refused and left untouched; the
 	// same token replaces its older connection.
 	s, ok := f.reg.claimID(m.AgentID, c)

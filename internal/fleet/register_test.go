@@ -16,6 +16,7 @@ import (
 
 // The handshake's deadlines and refusals, each with its error frame and
 // close code.
+// Proves B41 and B43 (docs/behaviours.md).
 func TestHandshakeRefusals(t *testing.T) {
 	cfg := fastConfig()
 	cfg.AuthTimeout, cfg.RegisterTimeout = 150*time.Millisecond, 150*time.Millisecond
@@ -104,6 +105,7 @@ func TestHandshakeRefusals(t *testing.T) {
 
 // A single-use token is consumed by its first registration: the agent it
 // registered may reconnect with it, no other agent may use it.
+// Proves B42 (docs/behaviours.md).
 func TestSingleUseTokenConsumedByRegistration(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
 		h := start(t, b, options{cfg: fastConfig()})
@@ -126,7 +128,7 @@ func TestSingleUseTokenConsumedByRegistration(t *testing.T) {
 	})
 }
 
-// Seed checklist item 63: a registration whose agent id is held — live or
+// B44: a registration whose agent id is held — live or
 // mid-registration, on any connection — by a connection with a different
 // token gets AGENT_ID_IN_USE and close 4003; the existing registration is
 // untouched.
@@ -184,7 +186,7 @@ func TestAgentIDInUse(t *testing.T) {
 	})
 }
 
-// Seed checklist item 64: the same token reconnecting replaces the old
+// B45: the same token reconnecting replaces the old
 // socket (4009); a new token is accepted once the old connection closed,
 // was dropped by the heartbeat monitor or its token was revoked; one static
 // token serves several agent ids.

@@ -110,6 +110,7 @@ func TestReceiveGitHub(t *testing.T) {
 	}
 }
 
+// Proves B73 (docs/behaviours.md).
 func TestReceiveRejects(t *testing.T) {
 	srv := webhookServer(t, 1<<20, ghSource, gtSource, hmSource, lcSource)
 	gh := srv.URL + "/webhook/github/gh"
@@ -203,6 +204,7 @@ func TestReceiveGitea(t *testing.T) {
 	}
 }
 
+// Proves B3 (docs/behaviours.md).
 func TestReceiveGeneric(t *testing.T) {
 	srv := webhookServer(t, 0, hmSource, brSource)
 	hm, br := srv.URL+"/webhook/generic/hm", srv.URL+"/webhook/generic/br"

@@ -294,6 +294,7 @@ func TestChangedFilesCapped(t *testing.T) {
 	})
 }
 
+// Proves B68 (docs/behaviours.md).
 func TestPostStatus(t *testing.T) {
 	eachForge(t, Options{}, func(t *testing.T, f *fakeForge, repo Repo) {
 		long := strings.Repeat("é", 200)

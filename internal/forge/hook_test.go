@@ -26,6 +26,7 @@ func fakeKiln(t *testing.T, dir, log string) string {
 	return bin
 }
 
+// Proves B5 (docs/behaviours.md).
 func TestPostReceiveHookRunByGitPush(t *testing.T) {
 	bare := newTestGit(t, true)
 	src := localSource(bare.dir)

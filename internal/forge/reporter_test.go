@@ -255,6 +255,7 @@ func TestReporterTerminalIsPromptAndReplacesPending(t *testing.T) {
 	}
 }
 
+// Proves B68 (docs/behaviours.md).
 func TestReporterRetriesWithBackoff(t *testing.T) {
 	clk, p := newFakeClock(), newRecPoster()
 	p.fail = func(n int, _ recCall) error {
@@ -398,6 +399,7 @@ func TestReporterQueueFullDropsOldestPending(t *testing.T) {
 	}
 }
 
+// Proves B68 (docs/behaviours.md).
 func TestReporterReportNeverBlocks(t *testing.T) {
 	r := NewStatusReporter(lookupOf(newRecPoster()), ReporterConfig{QueueSize: 100})
 	for i := range 10_000 {

@@ -50,6 +50,7 @@ func wantVerify(t *testing.T, err, reason error, secret, body []byte) {
 	}
 }
 
+// Proves B1 (docs/behaviours.md).
 func TestVerifyGitHubRealPayloads(t *testing.T) {
 	// GitHub's documented example: secret "It's a Secret to Everybody",
 	// payload "Hello, World!".
@@ -79,6 +80,7 @@ func TestVerifyGitHubRealPayloads(t *testing.T) {
 	}
 }
 
+// Proves B4 (docs/behaviours.md).
 func TestVerifyGitea(t *testing.T) {
 	body := payloads(t)["push.payload.json"]
 	bare := Sign(testSecret, body)[len("sha256="):]
@@ -99,6 +101,7 @@ func TestVerifyGitea(t *testing.T) {
 	wantVerify(t, VerifyGitea(testSecret, body, http.Header{HeaderGiteaSignature: {strings.Repeat("0", 64)}, HeaderGitHubSignature: {"sha256=" + bare}}), ErrWrongSignature, testSecret, body)
 }
 
+// Proves B3 (docs/behaviours.md).
 func TestVerifyHMACAndBearer(t *testing.T) {
 	body := []byte(`{"ref":"main"}`)
 	sig := Sign(testSecret, body)
@@ -135,6 +138,7 @@ func TestVerifyHMACAndBearer(t *testing.T) {
 	wantVerify(t, VerifyBearer("", "Bearer x"), ErrWrongSignature, nil, nil)
 }
 
+// Proves B73 (docs/behaviours.md).
 func FuzzVerify(f *testing.F) {
 	body := []byte(`{"zen":"Keep it logically awesome."}`)
 	f.Add(body, Sign(testSecret, body), "Bearer x")

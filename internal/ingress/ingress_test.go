@@ -138,6 +138,7 @@ func deliveryID(t *testing.T, out map[string]any) int64 {
 	return int64(v)
 }
 
+// Proves B2 and B12 (docs/behaviours.md).
 func TestGitHubPushCreatesARunOnceAndDuplicatesAreRecognised(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		body := payload(t, "push.with-new-branch.payload.json")
@@ -167,6 +168,7 @@ func TestGitHubPushCreatesARunOnceAndDuplicatesAreRecognised(t *testing.T) {
 	})
 }
 
+// Proves B1 (docs/behaviours.md).
 func TestBadSignatureIsRefusedAndRecordsNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		body := payload(t, "push.with-new-branch.payload.json")
@@ -187,6 +189,7 @@ func TestBadSignatureIsRefusedAndRecordsNothing(t *testing.T) {
 	})
 }
 
+// Proves B9 (docs/behaviours.md).
 func TestOutcomesOfDeliveriesThatStartNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		cases := []struct {
@@ -212,6 +215,7 @@ func TestOutcomesOfDeliveriesThatStartNothing(t *testing.T) {
 	})
 }
 
+// Proves B9 (docs/behaviours.md).
 func TestInvalidWorkflowIsRecordedWithTheLintErrors(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		f.gh.SetFiles(repo, headSHA, "master", map[string]string{
@@ -229,6 +233,7 @@ func TestInvalidWorkflowIsRecordedWithTheLintErrors(t *testing.T) {
 	})
 }
 
+// Proves B8 (docs/behaviours.md).
 func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()

@@ -18,6 +18,7 @@ jobs:
     steps: [{run: ./sweep}]
 `
 
+// Proves B7 (docs/behaviours.md).
 func TestSchedulesFireOncePerTickAndCatchUpOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()

@@ -145,6 +145,7 @@ func TestBadReferencesAreRefused(t *testing.T) {
 	}
 }
 
+// Proves B84 (docs/behaviours.md).
 func TestFollowDeliversAndDropsSlowViewers(t *testing.T) {
 	s := open(t, 0)
 	fast := s.Subscribe("job1", 100)

@@ -29,6 +29,7 @@ jobs:
 // A real agent connects over /ws and runs a job: the fleet's series (agents,
 // dispatch and ack latency, frames, log lines, group commit) and the run's
 // counters (executions, jobs, steps, duration) move.
+// Proves B62 (docs/behaviours.md).
 func TestAgentRunThroughTheServer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, database func(testing.TB) string) {
 		s := startServer(t, database(t), server.Options{

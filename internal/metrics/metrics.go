@@ -38,7 +38,7 @@ const (
 	DefaultBackpressureThreshold = 100
 	DefaultMaxQueueLabels        = 500
 	// BackpressureTicks is how many refreshes in a row the pending count
-	// must reach the threshold before the warning (KiCI: 2).
+	// must reach the threshold before the warning (B66).
 	BackpressureTicks = 2
 )
 
@@ -145,7 +145,8 @@ var (
 	descStatusQueued     = prometheus.NewDesc("kiln_commit_status_updates_queued", "Commit status updates waiting to be posted or in flight.", nil, nil)
 )
 
-// executionBuckets are KiCI's build duration buckets, extended to an hour.
+// executionBuckets are the run duration buckets docs/metrics.md lists, from
+// a second to an hour.
 var executionBuckets = []float64{1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
 // New declares every metric and registers it, with the Go and process

@@ -17,7 +17,7 @@ jobs:
   lint: {runs_on: [arm64-big], steps: [{run: lint}]}
 `
 
-// Seed checklist items 10, 11 and 12 on the real /metrics output: queued
+// B63, B64 and B65 on the real /metrics output: queued
 // jobs show as pending and by label; when the queue drains (one run
 // cancelled, the other's jobs failed by the unroutable probe) pending and
 // dispatched are 0 and both labels still report 0.
@@ -28,7 +28,7 @@ func TestQueueGaugesThroughTheServer(t *testing.T) {
 		ctx := context.Background()
 
 		f := scrape(t, s)
-		f.want(t, 0, "kiln_dispatch_queue_depth", "status", "pending") // item 12
+		f.want(t, 0, "kiln_dispatch_queue_depth", "status", "pending") // B65
 		f.want(t, 0, "kiln_dispatch_queue_depth", "status", "dispatched")
 		if n := f.series("kiln_dispatch_queue_depth_by_label"); n != 0 {
 			t.Fatalf("%d label series before any job queued", n)
@@ -60,9 +60,9 @@ func TestQueueGaugesThroughTheServer(t *testing.T) {
 		s.Engine.Sweep(ctx)
 		refresh(t, s)
 		f = scrape(t, s)
-		f.want(t, 0, "kiln_dispatch_queue_depth", "status", "pending") // item 12
+		f.want(t, 0, "kiln_dispatch_queue_depth", "status", "pending") // B65
 		f.want(t, 0, "kiln_dispatch_queue_depth", "status", "dispatched")
-		f.want(t, 0, "kiln_dispatch_queue_depth_by_label", "status", "pending", "label", "gpu-xl") // item 11
+		f.want(t, 0, "kiln_dispatch_queue_depth_by_label", "status", "pending", "label", "gpu-xl") // B64
 		f.want(t, 0, "kiln_dispatch_queue_depth_by_label", "status", "pending", "label", "arm64-big")
 		f.want(t, 2, "kiln_unroutable_fast_failed_total")
 		f.want(t, 2, "kiln_jobs_finished_total", "status", "unroutable")

@@ -8,8 +8,8 @@ import (
 	"github.com/kilnci/kiln"
 )
 
-// The two values of kiln_dispatch_queue_depth's status label, KiCI's names
-// for kiln's statuses: pending is kiln's queued; dispatched is every job an
+// The two values of kiln_dispatch_queue_depth's status label (B65), the
+// queue's two states as docs/metrics.md maps kiln's statuses onto them: pending is kiln's queued; dispatched is every job an
 // agent holds (dispatched, running, recovering, cancelling).
 const (
 	statusPending    = "pending"
@@ -76,7 +76,7 @@ func (m *Metrics) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// backpressure is KiCI's queue.backpressure.sustained warning: logged when
+// backpressure is the queue.backpressure.sustained warning (B66): logged when
 // the pending count reached the threshold BackpressureTicks refreshes in a
 // row, once per episode, with an info line when it ends. m.mu is held.
 func (m *Metrics) backpressure(pending int, byKey map[string]int) {

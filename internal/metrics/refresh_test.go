@@ -151,10 +151,10 @@ func (r rig) want(t *testing.T, v float64, name string, labels ...string) {
 	}
 }
 
-// Seed checklist item 12: kiln_dispatch_queue_depth always has both the
-// pending and the dispatched series, 0 when the queue is empty — before the
-// first refresh, after a refresh of an empty queue, and after the queue
-// drained.
+// B65: kiln_dispatch_queue_depth always has both the pending and the
+// dispatched series, 0 when the queue is empty — before the first refresh,
+// after a refresh of an empty queue, and after the queue drained; and (B64)
+// the labels of the drained queue keep reporting 0.
 func TestQueueDepthAlwaysHasPendingAndDispatched(t *testing.T) {
 	r := newRig(t, Config{})
 	ctx := context.Background()
@@ -185,7 +185,7 @@ func TestQueueDepthAlwaysHasPendingAndDispatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("drained", 0)
-	// Seed checklist item 11 at the gauge: the drained labels report 0.
+	// B64 at the gauge: the drained labels report 0.
 	r.want(t, 0, "kiln_dispatch_queue_depth_by_label", "status", "pending", "label", "linux")
 	r.want(t, 0, "kiln_dispatch_queue_depth_by_label", "status", "pending", "label", "macos")
 	r.want(t, 2, "kiln_jobs_finished_total", "status", "cancelled")
@@ -193,7 +193,7 @@ func TestQueueDepthAlwaysHasPendingAndDispatched(t *testing.T) {
 }
 
 // Two metrics instances in one process keep separate sticky state: the
-// rule is per instance, not process-global as in KiCI.
+// rule is per instance, not process-global.
 func TestStickyLabelsArePerInstance(t *testing.T) {
 	a, b := newRig(t, Config{}), newRig(t, Config{})
 	a.queue(t, "gpu")
@@ -210,8 +210,8 @@ func TestStickyLabelsArePerInstance(t *testing.T) {
 	}
 }
 
-// KiCI's backpressure warning: after two refreshes in a row with pending ≥
-// the threshold, once per episode, and a line when it is over.
+// B66: the backpressure warning comes after two refreshes in a row with
+// pending ≥ the threshold, once per episode, and a line when it is over.
 func TestBackpressureWarnsAfterTwoRefreshes(t *testing.T) {
 	r := newRig(t, Config{BackpressureThreshold: 2})
 	ctx := context.Background()
@@ -256,6 +256,7 @@ func TestNewNeedsItsDependencies(t *testing.T) {
 
 // A flood of distinct webhook event names creates one series, not one per
 // name; processed outcomes outside the known set are "other".
+// Proves B62 (docs/behaviours.md).
 func TestWebhookLabelsStayBounded(t *testing.T) {
 	r := newRig(t, Config{})
 	for i := range 1000 {

@@ -28,7 +28,7 @@ var agentFrameTypes = []string{proto.TypeAuth, proto.TypeRegister, proto.TypeHea
 	proto.TypeJobAck, proto.TypeJobReject, proto.TypeJobStatus, proto.TypeStepStatus, proto.TypeLog, proto.TypeJobHeartbeat}
 
 // logSource is the source label of the log counters: logs this server's
-// agents sent (KiCI also has peer, for logs relayed by other servers).
+// agents sent (a cluster would add peer, for logs relayed by other servers).
 const logSource = "local"
 
 func (c scrapeCollector) Collect(ch chan<- prometheus.Metric) {

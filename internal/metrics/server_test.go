@@ -222,6 +222,7 @@ func refresh(t *testing.T, s *server.Server) {
 // With metrics.listen set, /metrics is served there and only there: the
 // main listener, which may face the internet for webhooks, does not
 // expose it.
+// Proves B62 (docs/behaviours.md).
 func TestMetricsOnTheirOwnListener(t *testing.T) {
 	s := startServer(t, "", server.Options{}, func(c *server.Config) { c.Metrics.Listen = "127.0.0.1:0" })
 	if strings.HasPrefix(s.MetricsURL, s.URL) {

@@ -2,8 +2,8 @@ package metrics
 
 import "sort"
 
-// applyStickyQueueLabels is KiCI's sticky-zero rule for the per-label queue
-// gauge: it returns byLabel plus an explicit 0 for every label in everSeen
+// applyStickyQueueLabels is the sticky-zero rule (B63, B64) for the per-label
+// queue gauge: it returns byLabel plus an explicit 0 for every label in everSeen
 // that byLabel lacks, and adds every label of byLabel to everSeen. A label
 // whose queue drained therefore reports 0 instead of its series vanishing
 // (Prometheus would keep showing the last value for five minutes, then a

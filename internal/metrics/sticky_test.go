@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Seed checklist items 10 and 11: applyStickyQueueLabels returns byLabel
+// B63 and B64: applyStickyQueueLabels returns byLabel
 // plus an explicit 0 for every label seen before and absent now, and
 // remembers every current label; a drained label keeps reporting 0.
 func TestApplyStickyQueueLabelsSeedExample(t *testing.T) {

@@ -95,6 +95,7 @@ func postGitHub(t *testing.T, s *server.Server, source, event, id, sig string) i
 // dispatch path: received by source and event, processed by outcome,
 // redeliveries deduplicated, refusals by code — and a flood of event names
 // a forge may send does not grow the series (unknown events are "other").
+// Proves B62 (docs/behaviours.md).
 func TestWebhookCountersThroughTheServer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, database func(testing.TB) string) {
 		s := startServer(t, database(t), server.Options{}, nil)

@@ -46,8 +46,8 @@ const (
 	ErrInternal       = "INTERNAL"
 )
 
-// Default timings (KiCI's, docs/protocol.md explains each). Every one is
-// configurable on the side that enforces it.
+// Default timings (docs/protocol.md explains each; the heartbeat limits are
+// B47's). Every one is configurable on the side that enforces it.
 const (
 	DefaultAuthTimeout          = 5 * time.Second
 	DefaultRegisterTimeout      = 10 * time.Second

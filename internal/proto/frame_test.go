@@ -105,6 +105,7 @@ func TestDecodeRefusesBadFrames(t *testing.T) {
 	}
 }
 
+// Proves B77 (docs/behaviours.md).
 func FuzzDecode(f *testing.F) {
 	for _, m := range validMessages() {
 		var seq uint64

@@ -39,6 +39,7 @@ func TestPrecedenceFileEnvSet(t *testing.T) {
 	}
 }
 
+// Proves B79 (docs/behaviours.md).
 func TestBadConfigIsExplained(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "kiln.yml")

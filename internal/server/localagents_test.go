@@ -10,6 +10,7 @@ import (
 
 // A local agent's JSON log line becomes one record of the server's log, at
 // its level and with its attributes; other output is kept as it is.
+// Proves B67 (docs/behaviours.md).
 func TestRelayLineUnwrapsTheAgentsRecords(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("agent", "local-1")

@@ -14,6 +14,7 @@ import (
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
+// Proves B41 (docs/behaviours.md).
 func TestAgentTokens(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		a := db.Auth()
@@ -82,6 +83,7 @@ func TestAgentTokens(t *testing.T) {
 
 // A single-use token is consumed atomically: of many agents presenting it
 // at once, exactly one gets in.
+// Proves B42 (docs/behaviours.md).
 func TestSingleUseToken(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		_, secret, err := db.Auth().CreateAgentToken(ctx, store.AgentTokenSpec{Name: "bootstrap", SingleUse: true, CreatedBy: "bootstrap:host-1"})

@@ -60,6 +60,7 @@ var scenarios = []scenario{
 
 const backlogSize = 100_000
 
+// Proves B82 (docs/behaviours.md).
 func BenchmarkDispatch(b *testing.B) {
 	for _, be := range storetest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
@@ -235,6 +236,7 @@ func reportLatency(b *testing.B, lat [][]time.Duration, elapsed time.Duration) {
 // BenchmarkRawSkipLocked is the baseline: a bare SKIP LOCKED claim and a
 // complete, each its own transaction, on the same PostgreSQL server, with
 // the queue table reduced to what the statement touches.
+// Proves B82 (docs/behaviours.md).
 func BenchmarkRawSkipLocked(b *testing.B) {
 	url := storetest.PostgresURL(b)
 	for _, agents := range []int{10, 100} {

@@ -183,6 +183,7 @@ func TestCronFireWithRun(t *testing.T) {
 }
 
 // Many coordinators evaluating the same schedule fire it once.
+// Proves B7 (docs/behaviours.md).
 func TestCronFireRace(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		at := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)

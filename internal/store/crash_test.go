@@ -54,6 +54,7 @@ func crashChild() int {
 // WAL mode with synchronous=NORMAL a committed transaction is in the WAL
 // file before Commit returns, so only a power cut (not a process crash) can
 // lose it.
+// Proves B72 (docs/behaviours.md).
 func TestCrashLosesNoAcknowledgedCommit(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {

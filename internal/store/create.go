@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // Create stores a run with all its jobs, steps and needs edges, and releases
@@ -309,18 +310,18 @@ func (r *jobRow) release(t *txn, rel Release) {
 // groups carried over whole from a rerun (every child reused), which have
 // ended already.
 func (t *txn) releaseRest(ctx context.Context, runID string, jobs []NewJob) error {
-	waves := map[runBase]int{}
+	waves := runrules.Waves{}
 	reusedBases := map[string]bool{}
 	for _, j := range jobs {
 		if done, seen := reusedBases[j.Base]; !seen || done {
 			reusedBases[j.Base] = j.Reuse != nil
 		}
 		if len(j.Needs) == 0 && j.Reuse == nil && j.MaxParallel > 0 {
-			waves[runBase{runID, j.Base}] = j.MaxParallel
+			waves.Add(runrules.Group{RunID: runID, Base: j.Base}, j.MaxParallel)
 		}
 	}
 	for _, base := range sortedKeysBool(reusedBases) {
-		if err := t.releaseDependents(ctx, runBase{runID, base}, waves); err != nil {
+		if err := t.releaseDependents(ctx, runrules.Group{RunID: runID, Base: base}, waves); err != nil {
 			return err
 		}
 	}

@@ -14,12 +14,14 @@
 // of kiln.CanTransition (moves.go lists every one the store makes). When a job
 // ends, the same transaction evaluates its dependents (needs result sets, skip
 // cascades, max_parallel waves, fail_fast) and rolls the run up, so a crash
-// never leaves a run half-decided. Jobs whose needs are met are handed to the
-// Releaser given in Config (the engine's) inside the transaction; it decides
-// queue, skip or fail without doing I/O. A run's root jobs are released
-// before their rows are written, so they are written once, already queued.
-// Job specs are opaque text here: the engine writes them (internal/jobspec)
-// and the fleet reads them.
+// never leaves a run half-decided. What each of those — and each requeue,
+// recovery, stale or expiry — decides is internal/runrules': the store loads
+// the state a rule reads, calls it, and applies the decision. Jobs whose
+// needs are met are handed to the Releaser given in Config (the engine's)
+// inside the transaction; it decides queue, skip or fail without doing I/O.
+// A run's root jobs are released before their rows are written, so they are
+// written once, already queued. Job specs are opaque text here: the engine
+// writes them (internal/jobspec) and the fleet reads them.
 //
 // Times come from an injected clock and are stored as unix milliseconds;
 // JSON payloads are TEXT; labels are canonical keys (kiln.Requirement.Key).

@@ -3,10 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // ExpiredJob is a queued job the expiry sweep ended.
@@ -27,27 +27,13 @@ type ExpiryResult struct {
 	Effects
 }
 
-// UnroutableMessage is the error of a job nothing could ever run.
-func UnroutableMessage(req kiln.Requirement) string {
-	msg := "unroutable: no connected agent and no scaler can offer "
-	if len(req.RunsOn) == 0 {
-		msg += "an agent without mandatory labels"
-	} else {
-		msg += "labels " + strings.Join(req.RunsOn, ", ")
-	}
-	if len(req.Exclude) > 0 {
-		msg += " without " + strings.Join(req.Exclude, ", ")
-	}
-	return msg
-}
-
-// Expire ends the queued jobs whose queue timeout passed. A job with a
-// recorded provisioning failure ends timed_out_stale with that detail as its
-// error (and as its run's failure_reason if the run has none); otherwise it
-// ends unroutable when unroutable (may be nil) says nothing could ever run
-// its requirement, else timed_out_stale with the generic queue-timeout
-// message, leaving the run's failure_reason alone. unroutable runs inside
-// the transaction: it must be quick and do no I/O.
+// Expire ends the queued jobs whose queue timeout passed, as runrules.Expired
+// decides: a job with a recorded provisioning failure ends timed_out_stale
+// with that detail as its error (and as its run's failure_reason if the run
+// has none); otherwise it ends unroutable when unroutable (may be nil) says
+// nothing could ever run its requirement, else timed_out_stale with the
+// generic queue-timeout message, leaving the run's failure_reason alone.
+// unroutable runs inside the transaction: it must be quick and do no I/O.
 func (q Queue) Expire(ctx context.Context, unroutable func(kiln.Requirement) bool) (ExpiryResult, error) {
 	var res ExpiryResult
 	eff, err := q.h.op(ctx, func(t *txn) error {
@@ -82,14 +68,12 @@ func (q Queue) Expire(ctx context.Context, unroutable func(kiln.Requirement) boo
 			return err
 		}
 		for _, x := range xs {
-			m, msg := mExpire, x.LastProvisioningError
-			switch {
-			case msg != "":
-			case unroutable != nil && unroutable(KeyRequirement(x.key)):
-				m, msg = mUnroutable, UnroutableMessage(KeyRequirement(x.key))
-			default:
-				waited := time.Duration(x.expires-x.queued) * time.Millisecond
-				msg = fmt.Sprintf("queue timeout: no agent took this job within %s", waited.Round(time.Second))
+			req := KeyRequirement(x.key)
+			out := runrules.Expired(runrules.Expiring{Requirement: req, LastProvisioningError: x.LastProvisioningError,
+				Unroutable: unroutable != nil && unroutable(req), Waited: time.Duration(x.expires-x.queued) * time.Millisecond})
+			m, msg := mExpire, out.Reason
+			if out.Verdict == runrules.Unroute {
+				m = mUnroutable
 			}
 			moved, err := t.move(ctx, m, change{ids: []string{x.ID}, where: "AND expires_at <= ?", wargs: []any{now}, err: msg})
 			if err != nil {
@@ -98,9 +82,9 @@ func (q Queue) Expire(ctx context.Context, unroutable func(kiln.Requirement) boo
 			if len(moved) == 0 {
 				continue
 			}
-			if x.LastProvisioningError != "" {
+			if out.RunFailure != "" {
 				if _, err := t.exec(ctx, "UPDATE runs SET failure_reason = ?, updated_at = ? WHERE id = ? AND failure_reason IS NULL",
-					x.LastProvisioningError, now, x.RunID); err != nil {
+					out.RunFailure, now, x.RunID); err != nil {
 					return err
 				}
 			}
@@ -115,7 +99,7 @@ func (q Queue) Expire(ctx context.Context, unroutable func(kiln.Requirement) boo
 
 // MarkUnroutable ends queued jobs that no connected agent and no agent that
 // could ever connect can run (the dispatcher's unroutable probe decided).
-// message "" uses UnroutableMessage.
+// message "" uses runrules.UnroutableMessage.
 func (q Queue) MarkUnroutable(ctx context.Context, message string, ids ...string) (SweepResult, error) {
 	var res SweepResult
 	eff, err := q.h.op(ctx, func(t *txn) error {
@@ -150,7 +134,7 @@ func (q Queue) MarkUnroutable(ctx context.Context, message string, ids ...string
 		for _, c := range cs {
 			msg := message
 			if msg == "" {
-				msg = UnroutableMessage(KeyRequirement(keys[c.ID]))
+				msg = runrules.UnroutableMessage(KeyRequirement(keys[c.ID]))
 			}
 			m, err := t.move(ctx, mUnroutable, change{ids: []string{c.ID}, err: msg})
 			if err != nil {

@@ -9,7 +9,8 @@ import (
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
-// Seed checklist items 7, 8 and 9: the expiry sweep returns each expired
+// B32, B38, B39 and B40: a job no agent took in time expires, and a
+// requeued job's timeout starts again; the expiry sweep returns each expired
 // job with its last_provisioning_error; a recorded provisioning failure is
 // the job's terminal message and the run's failure_reason (if unset); without
 // one the generic timeout (or unroutable) message is used and the run's
@@ -59,7 +60,7 @@ func TestQueueExpiry(t *testing.T) {
 		if len(res.Jobs) != 5 {
 			t.Fatalf("expired %d jobs: %+v", len(res.Jobs), res.Jobs)
 		}
-		// Item 7 and 8.
+		// B38 and B39.
 		x := got[withErr.ID+"/a"]
 		if x.ID != withErr.Jobs["a"] || x.LastProvisioningError != detail || x.Status != kiln.JobTimedOutStale || x.Error != detail {
 			t.Fatalf("with provisioning error: %+v", x)
@@ -74,7 +75,7 @@ func TestQueueExpiry(t *testing.T) {
 		if r := mustRun(t, db, keeps.ID); r.FailureReason != "first" && r.FailureReason != "second" {
 			t.Fatalf("run failure reason %q", r.FailureReason)
 		}
-		// Item 9: the generic message, the run's failure_reason untouched.
+		// B40: the generic message, the run's failure_reason untouched.
 		x = got[generic.ID+"/a"]
 		if x.LastProvisioningError != "" || x.Status != kiln.JobTimedOutStale ||
 			x.Error != "queue timeout: no agent took this job within 1h0m0s" {
@@ -83,7 +84,7 @@ func TestQueueExpiry(t *testing.T) {
 		if r := wantRunStatus(t, db, generic.ID, kiln.RunFailed); r.FailureReason != "" {
 			t.Fatalf("generic run failure reason %q", r.FailureReason)
 		}
-		// Item 9: the unroutable message when nothing could match.
+		// B40: the unroutable message when nothing could match.
 		x = got[unroutable.ID+"/a"]
 		if x.Status != kiln.JobUnroutable || x.Error != "unroutable: no connected agent and no scaler can offer labels sparc" {
 			t.Fatalf("unroutable: %+v", x)
@@ -96,6 +97,7 @@ func TestQueueExpiry(t *testing.T) {
 
 // A job whose Release set no expiry never expires; an expired job can no
 // longer be claimed even before the sweep runs.
+// Proves B32 (docs/behaviours.md).
 func TestQueueExpiryBounds(t *testing.T) {
 	release := func(rj store.ReadyJob) store.Release {
 		if rj.Name == "forever" {

@@ -63,6 +63,7 @@ func TestDeliveryDedup(t *testing.T) {
 }
 
 // Two coordinators receiving the same delivery at once record it once.
+// Proves B2 (docs/behaviours.md).
 func TestDeliveryDedupRace(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		var fresh atomic.Int32
@@ -90,6 +91,7 @@ func TestDeliveryDedupRace(t *testing.T) {
 // A delivery answered 202 and then lost with its processor is claimed after
 // the claim expires and processed exactly once: Finish commits with the
 // runs it created, and a processor that lost its claim cannot finish.
+// Proves B8 (docs/behaviours.md).
 func TestDeliveryProcessingExactlyOnce(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		id, _, err := db.Ingress().Record(ctx, store.NewDelivery{Source: "gh", DeliveryID: "d-1", Event: "push",

@@ -11,6 +11,7 @@ import (
 
 // Opening migrates an empty database; opening again changes nothing; many
 // coordinators opening one empty database at once migrate it once.
+// Proves B35 (docs/behaviours.md).
 func TestMigrations(t *testing.T) {
 	empty := map[string]func(testing.TB) string{
 		"sqlite":   storetest.SQLiteURL,

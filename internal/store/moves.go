@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // move is one kind of job transition the store makes: a compare-and-set from
@@ -170,7 +171,8 @@ func (t *txn) moved(j movedJob) {
 	ref := JobRef{ID: j.ID, RunID: j.RunID, Name: j.Name, Status: j.Status}
 	switch {
 	case j.Status.Terminal():
-		t.ended = append(t.ended, j)
+		t.ended = append(t.ended, runrules.Ended{ID: j.ID, RunID: j.RunID, Name: j.Name, Base: j.Base, Status: j.Status,
+			MaxParallel: j.MaxParallel, FailFast: j.FailFast, HasDependents: j.HasDependents})
 		t.markDirty(j.RunID)
 		if t.eff != nil {
 			t.eff.Finished = append(t.eff.Finished, ref)

@@ -4,26 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // The needs scheduler lives in the database: edges are rows, readiness is a
 // query, and every decision commits in the transaction of the change that
-// caused it. settle runs at the end of each job-changing operation and
-// repeats until nothing more follows: fail_fast, dependents of finished
-// groups (skip cascades included), max_parallel waves, then run roll-ups.
+// caused it. The decisions themselves are internal/runrules': this file loads
+// the state each rule reads and applies what it decides. settle runs at the
+// end of each job-changing operation and repeats until nothing more follows:
+// fail_fast, dependents of finished groups (skip cascades included),
+// max_parallel waves, then run roll-ups.
 
 var (
 	nonTerminal = []kiln.JobStatus{sPending, sQueued, sDispatched, sRunning, sRecovering, sCancelling}
 	// inWave are the statuses that hold a max_parallel slot.
-	inWave = []kiln.JobStatus{sQueued, sDispatched, sRunning, sRecovering, sCancelling}
+	inWave = runrules.SlotHolders()
 )
-
-type runBase struct{ run, base string }
 
 func (t *txn) settle(ctx context.Context) error {
 	for len(t.ended) > 0 {
@@ -32,31 +32,18 @@ func (t *txn) settle(ctx context.Context) error {
 		if err := t.reconcileSteps(ctx, ended); err != nil {
 			return err
 		}
-		seen := map[runBase]bool{}
-		for _, j := range ended {
-			rb := runBase{j.RunID, j.Base}
-			if j.FailFast && j.Status.Result() == kiln.ResultFailure && !seen[rb] {
-				seen[rb] = true
-				if err := t.failFast(ctx, rb, j); err != nil {
-					return err
-				}
+		next := runrules.AfterEnded(ended)
+		for _, failed := range next.FailFast {
+			if err := t.failFast(ctx, failed); err != nil {
+				return err
 			}
 		}
-		waves := map[runBase]int{}
-		done := map[runBase]bool{}
-		for _, j := range ended {
-			rb := runBase{j.RunID, j.Base}
-			if j.HasDependents && !done[rb] {
-				done[rb] = true
-				if err := t.releaseDependents(ctx, rb, waves); err != nil {
-					return err
-				}
-			}
-			if j.MaxParallel > 0 {
-				waves[rb] = j.MaxParallel
+		for _, g := range next.Dependents {
+			if err := t.releaseDependents(ctx, g, next.Waves); err != nil {
+				return err
 			}
 		}
-		if err := t.releaseWaves(ctx, waves); err != nil {
+		if err := t.releaseWaves(ctx, next.Waves); err != nil {
 			return err
 		}
 	}
@@ -69,33 +56,85 @@ func (t *txn) settle(ctx context.Context) error {
 	return t.rollUpRuns(ctx, runs)
 }
 
-// failFast cancels the other unfinished children of a group after one
-// failed: waiting ones at once, those on agents through cancelling.
-func (t *txn) failFast(ctx context.Context, rb runBase, failed movedJob) error {
-	ids, err := t.ids(ctx, "SELECT id FROM jobs WHERE run_id = ? AND base = ? AND id <> ? AND status IN ("+statusList(nonTerminal)+")",
-		rb.run, rb.base, failed.ID)
-	if err != nil || len(ids) == 0 {
-		return err
+// failFast stops the other unfinished children of a group after one failed.
+// The stop mark goes first and reads the siblings back locked, so a claim
+// racing on PostgreSQL is either seen (and the job asked to cancel) or kept
+// out by the mark.
+func (t *txn) failFast(ctx context.Context, failed runrules.Ended) error {
+	siblings, err := t.stopMark(ctx, "run_id = ? AND base = ? AND id <> ?", failed.RunID, failed.Base, failed.ID)
+	if err != nil {
+		return fmt.Errorf("fail_fast: %w", err)
 	}
-	msg := fmt.Sprintf("cancelled by fail_fast: %s failed", failed.Name)
-	for _, m := range []move{mCancelWaiting, mCancelRecovering, mCancelAsk} {
-		c := change{ids: ids, set: "stop = 1"}
-		if m.to.Terminal() {
-			c.err = msg
-		}
-		if _, err := t.move(ctx, m, c); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = t.stop(ctx, siblings, runrules.FailFastMessage(failed.Name))
+	return err
 }
 
-// releaseDependents evaluates the pending dependents of a group once every
+// jobStatus is a job and the status it was read in.
+type jobStatus struct {
+	id     string
+	status kiln.JobStatus
+}
+
+// stopMark sets the stop mark of the unfinished jobs where selects and
+// returns them as they are now. Marking first reads them back under row
+// locks, so a claim racing on PostgreSQL is either seen (the job is on an
+// agent) or kept out by the mark.
+func (t *txn) stopMark(ctx context.Context, where string, args ...any) ([]jobStatus, error) {
+	rows, err := t.query(ctx, "UPDATE jobs SET stop = 1 WHERE "+where+" AND status IN ("+statusList(nonTerminal)+") RETURNING id, status", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []jobStatus
+	for rows.Next() {
+		var j jobStatus
+		if err := rows.Scan(&j.id, &j.status); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// stop applies runrules.StopFor to stop-marked jobs: those no agent runs are
+// cancelled with msg, those on agents move to cancelling.
+func (t *txn) stop(ctx context.Context, jobs []jobStatus, msg string) ([]movedJob, error) {
+	var waiting, recovering, ask []string
+	for _, j := range jobs {
+		switch runrules.StopFor(j.status) {
+		case runrules.StopNow:
+			if j.status == sRecovering {
+				recovering = append(recovering, j.id)
+			} else {
+				waiting = append(waiting, j.id)
+			}
+		case runrules.StopAsk:
+			ask = append(ask, j.id)
+		}
+	}
+	var out []movedJob
+	for _, m := range []struct {
+		mv  move
+		ids []string
+	}{{mCancelWaiting, waiting}, {mCancelRecovering, recovering}, {mCancelAsk, ask}} {
+		if len(m.ids) == 0 {
+			continue
+		}
+		moved, err := t.move(ctx, m.mv, change{ids: m.ids, err: msg})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, moved...)
+	}
+	return out, nil
+}
+
+// releaseDependents decides the pending dependents of a group once every
 // child of the group has ended.
-func (t *txn) releaseDependents(ctx context.Context, rb runBase, waves map[runBase]int) error {
+func (t *txn) releaseDependents(ctx context.Context, g runrules.Group, waves runrules.Waves) error {
 	var open int
 	if err := t.queryRow(ctx, "SELECT COUNT(*) FROM jobs WHERE run_id = ? AND base = ? AND status IN ("+statusList(nonTerminal)+")",
-		rb.run, rb.base).Scan(&open); err != nil {
+		g.RunID, g.Base).Scan(&open); err != nil {
 		return fmt.Errorf("needs: %w", err)
 	}
 	if open > 0 {
@@ -104,7 +143,7 @@ func (t *txn) releaseDependents(ctx context.Context, rb runBase, waves map[runBa
 	rows, err := t.query(ctx, `SELECT j.id, j.run_id, j.name, j.base, j.matrix, j.spec, j.queue_key, j.max_parallel
 		FROM needs n JOIN jobs j ON j.id = n.job_id
 		WHERE n.run_id = ? AND n.upstream = ? AND j.status = 'pending' AND j.ready = 0
-		ORDER BY j.idx`, rb.run, rb.base)
+		ORDER BY j.idx`, g.RunID, g.Base)
 	if err != nil {
 		return fmt.Errorf("needs: %w", err)
 	}
@@ -121,76 +160,61 @@ func (t *txn) releaseDependents(ctx context.Context, rb runBase, waves map[runBa
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	// Whether the run is being cancelled is read once, and only when some
+	// dependent's needs have all ended (the only case the rule asks).
+	var known, cancelled bool
 	for _, p := range cands {
-		if err := t.evaluate(ctx, p, waves); err != nil {
+		edges, ups, err := t.loadNeeds(ctx, p)
+		if err != nil {
+			return err
+		}
+		state := pendingState(p, edges, ups)
+		if !known && runrules.NeedsEnded(state.Upstream) {
+			if cancelled, err = t.runCancelRequested(ctx, p.RunID); err != nil {
+				return err
+			}
+			known = true
+		}
+		state.RunCancelled = cancelled
+		if err := t.applyDependent(ctx, p, ups, state, waves); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// evaluate decides a pending job whose needs may all have ended: not yet,
-// cancelled (the run is being cancelled), skipped (an edge is unsatisfied),
-// or ready — released now, or marked ready for its group's next wave.
-func (t *txn) evaluate(ctx context.Context, p pendingJob, waves map[runBase]int) error {
-	edges, ups, err := t.loadNeeds(ctx, p)
-	if err != nil {
+// pendingState is what runrules.DecideDependent reads of a pending job.
+func pendingState(p pendingJob, edges []NeedEdge, ups []UpstreamJob) runrules.Pending {
+	state := runrules.Pending{Needs: make([]runrules.Need, len(edges)), Upstream: make([]runrules.Upstream, len(ups)), MaxParallel: p.MaxParallel}
+	for i, e := range edges {
+		state.Needs[i] = runrules.Need(e)
+	}
+	for i, u := range ups {
+		state.Upstream[i] = runrules.Upstream{Name: u.Name, Base: u.Base, Status: u.Status}
+	}
+	return state
+}
+
+// applyDependent carries out runrules.DecideDependent for one pending job.
+func (t *txn) applyDependent(ctx context.Context, p pendingJob, ups []UpstreamJob, state runrules.Pending, waves runrules.Waves) error {
+	verdict, why := runrules.DecideDependent(state)
+	ids := []string{p.ID}
+	switch verdict {
+	case runrules.CancelledWithRun:
+		_, err := t.move(ctx, mCancelWaiting, change{ids: ids, set: "stop = 1", err: why})
 		return err
-	}
-	for _, u := range ups {
-		if !u.Status.Terminal() {
-			return nil
-		}
-	}
-	cancelled, err := t.runCancelRequested(ctx, p.RunID)
-	if err != nil {
+	case runrules.Unmet:
+		_, err := t.move(ctx, mSkip, change{ids: ids, err: why})
 		return err
-	}
-	if cancelled {
-		_, err := t.move(ctx, mCancelWaiting, change{ids: []string{p.ID}, set: "stop = 1", err: "the run was cancelled"})
-		return err
-	}
-	for _, e := range edges {
-		if why := unsatisfied(e, ups); why != "" {
-			_, err := t.move(ctx, mSkip, change{ids: []string{p.ID}, err: why})
-			return err
-		}
-	}
-	if p.MaxParallel > 0 {
+	case runrules.HoldForSlot:
 		if _, err := t.exec(ctx, "UPDATE jobs SET ready = 1 WHERE id = ?", p.ID); err != nil {
 			return err
 		}
-		waves[runBase{p.RunID, p.Base}] = p.MaxParallel
-		return nil
+		waves.Add(runrules.Group{RunID: p.RunID, Base: p.Base}, p.MaxParallel)
+	case runrules.Release:
+		return t.release(ctx, p, ups)
 	}
-	return t.release(ctx, p, ups)
-}
-
-// unsatisfied explains why an edge is not met ("" when it is): it is met
-// when every upstream child's result is accepted, or when failure is
-// accepted and some child failed.
-func unsatisfied(e NeedEdge, ups []UpstreamJob) string {
-	anyFailed := false
-	var bad []string
-	for _, u := range ups {
-		if u.Base != e.Job {
-			continue
-		}
-		if u.Result == kiln.ResultFailure {
-			anyFailed = true
-		}
-		if !slices.Contains(e.Accept, u.Result) {
-			bad = append(bad, fmt.Sprintf("%s is %s", u.Name, u.Result))
-		}
-	}
-	if len(bad) == 0 || (anyFailed && slices.Contains(e.Accept, kiln.ResultFailure)) {
-		return ""
-	}
-	accept := make([]string, len(e.Accept))
-	for i, r := range e.Accept {
-		accept[i] = string(r)
-	}
-	return fmt.Sprintf("needs not met: %s (wanted %s)", strings.Join(bad, ", "), strings.Join(accept, " or "))
+	return nil
 }
 
 // loadNeeds reads a job's edges and every child of the groups they name.
@@ -242,37 +266,31 @@ func (t *txn) loadNeeds(ctx context.Context, p pendingJob) ([]NeedEdge, []Upstre
 	return edges, ups, rows.Err()
 }
 
-// releaseWaves releases the next ready children of each max_parallel group
-// while the group has free slots, in creation order.
-func (t *txn) releaseWaves(ctx context.Context, waves map[runBase]int) error {
-	keys := make([]runBase, 0, len(waves))
-	for rb := range waves {
-		keys = append(keys, rb)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].run < keys[j].run || keys[i].run == keys[j].run && keys[i].base < keys[j].base
-	})
-	for _, rb := range keys {
-		if err := t.releaseWave(ctx, rb, waves[rb]); err != nil {
+// releaseWaves fills the free slots of max_parallel groups.
+func (t *txn) releaseWaves(ctx context.Context, waves runrules.Waves) error {
+	for _, g := range waves.Groups() {
+		if err := t.releaseWave(ctx, g, waves[g]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (t *txn) releaseWave(ctx context.Context, rb runBase, maxParallel int) error {
+// releaseWave releases the next ready children of a max_parallel group
+// while it has free slots (runrules.FreeSlots), in creation order.
+func (t *txn) releaseWave(ctx context.Context, g runrules.Group, maxParallel int) error {
 	for {
-		var active int
+		var holding int
 		if err := t.queryRow(ctx, "SELECT COUNT(*) FROM jobs WHERE run_id = ? AND base = ? AND status IN ("+statusList(inWave)+")",
-			rb.run, rb.base).Scan(&active); err != nil {
+			g.RunID, g.Base).Scan(&holding); err != nil {
 			return fmt.Errorf("max_parallel: %w", err)
 		}
-		free := maxParallel - active
-		if free <= 0 {
+		free := runrules.FreeSlots(maxParallel, holding)
+		if free == 0 {
 			break
 		}
 		cands, err := t.pendingJobs(ctx, "run_id = ? AND base = ? AND status = 'pending' AND ready = 1 ORDER BY idx LIMIT ?",
-			rb.run, rb.base, free)
+			g.RunID, g.Base, free)
 		if err != nil {
 			return err
 		}
@@ -291,10 +309,9 @@ func (t *txn) releaseWave(ctx context.Context, rb runBase, maxParallel int) erro
 		}
 	}
 	// The rest wait for a slot; say so (keeping the time if already said).
-	const reason = "waiting for a max_parallel slot"
 	_, err := t.exec(ctx, `UPDATE jobs SET pending_reason = ?, pending_since = ?
 		WHERE run_id = ? AND base = ? AND status = 'pending' AND ready = 1 AND (pending_reason IS NULL OR pending_reason <> ?)`,
-		reason, ms(t.now), rb.run, rb.base, reason)
+		runrules.WaitingForSlot, ms(t.now), g.RunID, g.Base, runrules.WaitingForSlot)
 	return err
 }
 

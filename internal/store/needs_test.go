@@ -30,6 +30,7 @@ func endAs(t *testing.T, db *store.DB, id string, r kiln.Result) {
 
 // TestNeedsResultSets checks each edge's accepted result set against each
 // upstream result.
+// Proves B13 (docs/behaviours.md).
 func TestNeedsResultSets(t *testing.T) {
 	always := []kiln.Result{kiln.ResultSuccess, kiln.ResultFailure, kiln.ResultCancelled, kiln.ResultSkipped}
 	cases := []struct {
@@ -73,6 +74,7 @@ func TestNeedsResultSets(t *testing.T) {
 
 // A need on a matrix base waits for every child; `failure` is met when one
 // child failed, `success` only when all succeeded.
+// Proves B13 (docs/behaviours.md).
 func TestNeedsMatrixGroup(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		child := func(v string) store.NewJob {
@@ -98,6 +100,7 @@ func TestNeedsMatrixGroup(t *testing.T) {
 
 // Skipping cascades: a dependent of a skipped job is skipped too unless it
 // accepts skipped, and then it runs.
+// Proves B14 (docs/behaviours.md).
 func TestSkipCascade(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(
@@ -242,6 +245,7 @@ func TestReleaser(t *testing.T) {
 // Outputs over a matrix group: a key every setter agrees on is defined; a
 // key they disagree on fails the dependent that reads it, naming the
 // children.
+// Proves B25 (docs/behaviours.md).
 func TestOutputsAgreement(t *testing.T) {
 	decide := func(rj store.ReadyJob) store.Release {
 		if rj.Base != "use" {
@@ -306,6 +310,7 @@ func mergeErr(t *testing.T) error {
 
 // max_parallel: at most N children of a group are past pending and not
 // finished; the next is released, in creation order, when one ends.
+// Proves B17 (docs/behaviours.md).
 func TestMaxParallelWaves(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		var jobs []store.NewJob
@@ -356,6 +361,7 @@ func TestMaxParallelWaves(t *testing.T) {
 
 // fail_fast: when a child fails, waiting siblings are cancelled and those on
 // agents move to cancelling and come back for the caller to cancel.
+// Proves B18 (docs/behaviours.md).
 func TestFailFast(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		var jobs []store.NewJob

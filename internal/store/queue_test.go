@@ -25,6 +25,7 @@ func claimedNames(cs []store.Claimed) []string {
 
 // Claims match labels (all required, none excluded) and mandatory labels
 // (the job must ask for every one), oldest first, up to the free slots.
+// Proves B28 (docs/behaviours.md).
 func TestClaimMatching(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		mustCreate(t, db, newRun(
@@ -78,8 +79,8 @@ func TestClaimMatching(t *testing.T) {
 }
 
 // A claim sets the lease: dispatched, agent, epoch+1, attempt counted, ack
-// deadline; it clears the pending reason and (seed checklist item 6) the
-// last_provisioning_error.
+// deadline; it clears the pending reason and (B37) the
+// last_provisioning_error, which is empty until a failure is recorded (B35).
 func TestClaimSetsLease(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a")))
@@ -88,7 +89,7 @@ func TestClaimSetsLease(t *testing.T) {
 		if j.PendingReason != store.ReasonWaiting || !j.PendingSince.Equal(clock.Now()) || j.LastProvisioningError != "" {
 			t.Fatalf("queued job %+v", j)
 		}
-		// Seed checklist item 6: NULL when no provisioning failure was recorded.
+		// B35: empty so far; record a failure for the claim to clear.
 		if ok, err := db.Queue().SetProvisioningError(ctx, id, "agent process error: spawn node ENOENT"); !ok || err != nil {
 			t.Fatalf("set provisioning error: %v %v", ok, err)
 		}
@@ -98,13 +99,14 @@ func TestClaimSetsLease(t *testing.T) {
 			t.Fatalf("claimed %+v", c)
 		}
 		j = wantStatus(t, db, id, kiln.JobDispatched)
-		// Seed checklist item 6: cleared whenever the job is dispatched.
+		// B37: dispatching the job cleared it.
 		if j.LastProvisioningError != "" || j.PendingReason != "" || j.AgentID != "agent-1" || j.LeaseEpoch != 1 || j.Attempts != 1 {
 			t.Fatalf("dispatched job %+v", j)
 		}
 	})
 }
 
+// Proves B34 (docs/behaviours.md).
 func TestPendingReasons(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b"), reqJob("gpu", []string{"gpu"}), job("later", need("a"))))
@@ -145,9 +147,10 @@ func TestPendingReasons(t *testing.T) {
 	})
 }
 
-// Seed checklist item 5: a scaler.failed detail bound to a queued job is
+// B36: a scaler.failed detail bound to a queued job is
 // written into its last_provisioning_error (and shown as its pending
-// reason); a job no longer queued is not written.
+// reason); a job no longer queued is not written, and (B37) a claimed job
+// has none.
 func TestSetProvisioningError(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b")))

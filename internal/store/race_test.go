@@ -15,6 +15,7 @@ import (
 // SQLite: its own writer connection to the same file), claim and complete
 // thousands of jobs at once. Counting per job id: every job is claimed
 // exactly once, under epoch 1, and every run rolls up.
+// Proves B27 (docs/behaviours.md).
 func TestClaimRace(t *testing.T) {
 	const (
 		claimers = 8
@@ -125,6 +126,7 @@ func claimUntilEmpty(db *store.DB, agent string, record func([]store.Claimed)) e
 // through one store, so claims are combined into shared statements: every
 // job is claimed exactly once, by an agent that accepts it, and no claim
 // gets more jobs than its slots.
+// Proves B27 (docs/behaviours.md).
 func TestClaimRaceSharedPool(t *testing.T) {
 	const perKind = 600
 	gpu := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "gpu"), Mandatory: kiln.NewLabels("gpu")}

@@ -16,6 +16,7 @@ import (
 // An unacknowledged dispatch is requeued by the ack sweep, its attempt
 // counted; after MaxAttempts dispatches the job fails with a reason naming
 // the attempts.
+// Proves B30 and B31 (docs/behaviours.md).
 func TestAckTimeoutRequeueCountsAttempts(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b", need("a"))))
@@ -84,6 +85,7 @@ func TestAckClearsDeadline(t *testing.T) {
 }
 
 // Reject (Requeue) counts attempts like the ack sweep does.
+// Proves B31 (docs/behaviours.md).
 func TestRequeueReject(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a")))
@@ -107,6 +109,7 @@ func TestRequeueReject(t *testing.T) {
 }
 
 // A stop mark beats a racing requeue: a cancelled job is never re-pended.
+// Proves B23 (docs/behaviours.md).
 func TestStopMarkBeatsRequeue(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a")))
@@ -134,6 +137,7 @@ func TestStopMarkBeatsRequeue(t *testing.T) {
 
 // Cancels and requeues racing on many jobs (concurrent transactions on
 // PostgreSQL) never leave a cancelled run's job queued or dispatched.
+// Proves B23 (docs/behaviours.md).
 func TestStopMarkRace(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		const n = 40
@@ -181,6 +185,7 @@ func TestStopMarkRace(t *testing.T) {
 
 // The recovery window: a lost agent's jobs wait; a reconnect with the same
 // epoch takes them back; unlisted ones are resolved at once.
+// Proves B52 (docs/behaviours.md).
 func TestAgentLostAndReconnect(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("started"), job("unstarted"), job("forgotten"), job("other")))
@@ -232,6 +237,7 @@ func TestAgentLostAndReconnect(t *testing.T) {
 // The recovery sweep: a job that never started is requeued; a started job
 // with on_agent_lost retry is requeued once and ends agent_lost on a second
 // loss; with fail it ends agent_lost at once.
+// Proves B53 (docs/behaviours.md).
 func TestRecoverySweep(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		fail := job("fail")
@@ -291,6 +297,7 @@ func TestRecoverySweep(t *testing.T) {
 }
 
 // The stale detector ends running jobs whose heartbeat is too old.
+// Proves B49 (docs/behaviours.md).
 func TestStaleDetector(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("quiet"), job("alive")))

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // The end of a job's story: its run rolls up when it was the last one, and
@@ -88,22 +89,14 @@ func (t *txn) setRunStatus(ctx context.Context, runID string, to kiln.RunStatus,
 	return nil
 }
 
-// reconcileSteps settles the steps of ended jobs: a step still running
-// takes the job's outcome, a step that never ran is skipped (cancelled when
-// the job was).
-func (t *txn) reconcileSteps(ctx context.Context, ended []movedJob) error {
+// reconcileSteps settles the steps of ended jobs as runrules.StepEnds says.
+func (t *txn) reconcileSteps(ctx context.Context, ended []runrules.Ended) error {
 	byStatus := map[kiln.JobStatus][]string{}
 	for _, j := range ended {
 		byStatus[j.Status] = append(byStatus[j.Status], j.ID)
 	}
 	for st, ids := range byStatus {
-		running, waiting := kiln.StepFailed, kiln.StepSkipped
-		switch st {
-		case kiln.JobSuccess:
-			running = kiln.StepSuccess
-		case kiln.JobCancelled:
-			running, waiting = kiln.StepCancelled, kiln.StepCancelled
-		}
+		running, waiting := runrules.StepEnds(st)
 		for start := 0; start < len(ids); start += 500 {
 			chunk := ids[start:min(start+500, len(ids))]
 			args := []any{string(running), string(waiting), ms(t.now)}

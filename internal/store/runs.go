@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // Runs creates, reads and cancels runs.
@@ -26,10 +27,12 @@ type CancelResult struct {
 }
 
 // Cancel cancels a run: every unfinished job gets a stop mark (it is never
-// queued again); waiting and recovering jobs are cancelled at once, jobs on
-// agents move to cancelling and are returned so the caller sends cancels.
-// force also ends the cancelling ones (the agents did not answer). The run is
-// cancelling until its last job ends. Cancelling a finished run is a conflict.
+// queued again) and runrules.StopFor decides the rest: waiting and
+// recovering jobs are cancelled at once, jobs on agents move to cancelling
+// and are returned so the caller sends cancels. force (a second request:
+// the agents did not answer) also ends every job on an agent at once
+// (runrules.Forced). The run is cancelling until its last job ends.
+// Cancelling a finished run is a conflict.
 func (r Runs) Cancel(ctx context.Context, runID, reason string, force bool) (CancelResult, error) {
 	if reason == "" {
 		reason = "cancelled"
@@ -57,29 +60,29 @@ func (r Runs) Cancel(ctx context.Context, runID, reason string, force bool) (Can
 		if err := t.setRunStatus(ctx, runID, kiln.RunCancelling, []kiln.RunStatus{kiln.RunPending, kiln.RunRunning}); err != nil {
 			return err
 		}
-		ids, err := t.ids(ctx, "SELECT id FROM jobs WHERE run_id = ? AND status IN ("+statusList(nonTerminal)+")", runID)
-		if err != nil || len(ids) == 0 {
+		jobs, err := t.stopMark(ctx, "run_id = ?", runID)
+		if err != nil {
 			return err
 		}
-		if _, err := t.exec(ctx, "UPDATE jobs SET stop = 1 WHERE run_id = ? AND status IN ("+statusList(nonTerminal)+")", runID); err != nil {
+		moved, err := t.stop(ctx, jobs, reason)
+		if err != nil {
 			return err
 		}
-		moves := []move{mCancelWaiting, mCancelRecovering, mCancelAsk}
-		if force {
-			moves = append(moves, mCancelForce)
-		}
-		for _, m := range moves {
-			moved, err := t.move(ctx, m, change{ids: ids, err: reason})
-			if err != nil {
-				return err
-			}
-			for _, j := range moved {
-				if j.Status == kiln.JobCancelling {
-					res.Cancelling = append(res.Cancelling, CancelTarget{JobID: j.ID, RunID: j.RunID, Name: j.Name, AgentID: j.AgentID, Epoch: j.Epoch})
-				}
+		for _, j := range moved {
+			if j.Status == kiln.JobCancelling {
+				res.Cancelling = append(res.Cancelling, CancelTarget{JobID: j.ID, RunID: j.RunID, Name: j.Name, AgentID: j.AgentID, Epoch: j.Epoch})
 			}
 		}
-		return nil
+		var forced []string
+		for _, j := range jobs {
+			if force && runrules.Forced(j.status) {
+				forced = append(forced, j.id)
+			}
+		}
+		if len(forced) > 0 {
+			_, err = t.move(ctx, mCancelForce, change{ids: forced, err: reason})
+		}
+		return err
 	})
 	for _, j := range eff.Finished {
 		if j.RunID == runID && j.Status == kiln.JobCancelled {

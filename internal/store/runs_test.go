@@ -17,6 +17,7 @@ import (
 // TestRollUpTable ends the jobs of a run as the table says and checks the
 // run's final status against kiln.RollUp and the expected value; the run
 // stays unfinished until its last job ends.
+// Proves B26 (docs/behaviours.md).
 func TestRollUpTable(t *testing.T) {
 	cases := []struct {
 		ends []kiln.JobStatus

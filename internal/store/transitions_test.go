@@ -128,6 +128,7 @@ func (f *fixture) jobIn(s kiln.JobStatus) fixtureJob {
 // status: the status it ends in is the table's, every change is legal per
 // kiln.CanTransition, and every refused lease-guarded report returns
 // ErrStaleLease or ErrConflict and changes nothing.
+// Proves B54 (docs/behaviours.md).
 func TestTransitionTable(t *testing.T) {
 	type op struct {
 		name string
@@ -238,6 +239,7 @@ func TestTransitionTable(t *testing.T) {
 // A lease-guarded report under an old epoch is refused with ErrStaleLease
 // and changes nothing, even though the job is in a status that would accept
 // it under the current epoch.
+// Proves B54 (docs/behaviours.md).
 func TestStaleLeaseRefused(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("build")))

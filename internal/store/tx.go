@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/kilnci/kiln/internal/runrules"
 )
 
 // maxTxRetries bounds how often Update reruns a transaction that PostgreSQL
@@ -169,7 +171,7 @@ type txn struct {
 	// needs and roll-up checks see every committed sibling.
 	locked map[string]bool
 	// ended are the jobs that reached a terminal status and wait for settle.
-	ended []movedJob
+	ended []runrules.Ended
 	// dirty are runs to roll up at settle.
 	dirty map[string]bool
 	// wanted are statements to prepare once the transaction ended.

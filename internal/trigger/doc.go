@@ -7,7 +7,7 @@
 // check it made — stored on the run, so "why did (or didn't) this run?"
 // always has an answer.
 //
-// Matching semantics (docs/workflow.md, after KiCI §2.3): a workflow with no
+// Matching semantics (docs/workflow.md; B10, B11): a workflow with no
 // triggers never matches; its triggers are tried in the order written and
 // the first that matches wins; an empty filter matches everything; branch
 // and tag filters match if no "!" pattern excludes the name and some other

@@ -22,6 +22,7 @@ var fuzzOn = []string{
 // FuzzMatch matches fuzzed event fields against the fixed workflows: no
 // panic, a trace that agrees with the decision, and a decision that
 // survives a JSON round trip.
+// Proves B10 (docs/behaviours.md).
 func FuzzMatch(f *testing.F) {
 	var wfs []*workflow.Workflow
 	for _, on := range fuzzOn {
@@ -63,6 +64,7 @@ func FuzzMatch(f *testing.F) {
 // FuzzFromGitHub feeds arbitrary deliveries to the GitHub normalizer (and
 // the Gitea one, which shares its payload code): an event that validates,
 // an ignored error, or a kiln error with code invalid or too_large.
+// Proves B73 (docs/behaviours.md).
 func FuzzFromGitHub(f *testing.F) {
 	files, _ := filepath.Glob("testdata/github/*.json")
 	for _, file := range files {

@@ -43,6 +43,7 @@ func TestCoerceInputs(t *testing.T) {
 	}
 }
 
+// Proves B6 (docs/behaviours.md).
 func TestCoerceInputsErrors(t *testing.T) {
 	d := wf(t, inputsOn).On.Dispatch
 	cases := []struct {

@@ -22,7 +22,8 @@ func push(branch string, files ...string) *kiln.Event {
 	return &kiln.Event{Name: kiln.EventPush, Branch: branch, Ref: "refs/heads/" + branch, ChangedFiles: files, ChangedFilesStatus: kiln.ChangedFilesFetched}
 }
 
-// TestMatch covers KiCI §2.3's semantics, one rule per case: the decision,
+// TestMatch covers the matching rules of B10 and B11 (docs/workflow.md),
+// one rule per case: the decision,
 // the trigger that matched and the reason of the deciding check.
 func TestMatch(t *testing.T) {
 	pr := func(action, base string) *kiln.Event {
@@ -88,6 +89,7 @@ func trace(d Decision) string {
 }
 
 // The trace records every check, in order, with what was compared.
+// Proves B12 (docs/behaviours.md).
 func TestDecisionTrace(t *testing.T) {
 	w := wf(t, `{pull_request: {branches: [main]}, push: {branches: [main], paths: ["**/*.go"]}}`)
 	d := Match(w, push("main", "a.go", "b.go", "c.go", "d.go"))

@@ -90,6 +90,7 @@ func assertEvent(t *testing.T, got, want *kiln.Event) {
 	}
 }
 
+// Proves B4 (docs/behaviours.md).
 func TestFromGiteaFixtures(t *testing.T) {
 	repo := func(ev *kiln.Event) *kiln.Event {
 		ev.Repository, ev.CloneURL, ev.DefaultBranch = "kiln-org/app", "https://gitea.example.org/kiln-org/app.git", "main"
@@ -190,6 +191,7 @@ func TestGitHubChangedFiles(t *testing.T) {
 
 // Malformed deliveries are clear errors (code invalid or too_large), never
 // panics, and never "ignored".
+// Proves B73 (docs/behaviours.md).
 func TestBadPayloads(t *testing.T) {
 	good := pushBody(1, nil)
 	cases := []struct {

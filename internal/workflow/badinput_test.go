@@ -10,6 +10,7 @@ import (
 
 // TestBadInput feeds the front end what a stranger's repository may hold;
 // each case must be a clear, positioned error, never a panic or a hang.
+// Proves B74 (docs/behaviours.md).
 func TestBadInput(t *testing.T) {
 	billionLaughs := `a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
 b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]

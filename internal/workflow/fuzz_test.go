@@ -12,6 +12,7 @@ import (
 // Parse must never panic; it returns either a plan whose invariants hold or
 // an ErrorList of positioned errors. Seeds: the example workflows and the
 // corpus under testdata/fuzz/FuzzParse.
+// Proves B74 (docs/behaviours.md).
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/plans/*.yml")
 	for _, file := range files {

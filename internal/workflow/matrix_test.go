@@ -18,6 +18,7 @@ func variantNames(t *testing.T, body string) []string {
 // TestMatrixExpansion follows GitHub Actions' documented include/exclude
 // examples: exclude first, then include extends every original combination
 // it does not contradict, or adds a new one.
+// Proves B15 (docs/behaviours.md).
 func TestMatrixExpansion(t *testing.T) {
 	cases := []struct {
 		name, body string
@@ -64,6 +65,7 @@ func TestMatrixKeptForScheduler(t *testing.T) {
 
 // The cap counts children after exclude and include: 16×17 = 272 is too
 // many, but excluding 16 of them brings it to 256, which is allowed.
+// Proves B15 (docs/behaviours.md).
 func TestMatrixCapAfterExclude(t *testing.T) {
 	var a, b []string
 	for i := range 17 {

@@ -14,6 +14,7 @@ const okSteps = "    steps: [{run: x}]\n"
 
 // TestRules checks one validation rule per case: the error's position and
 // message. Every rule of docs/workflow.md has a case here.
+// Proves B74 (docs/behaviours.md).
 func TestRules(t *testing.T) {
 	cases := []struct {
 		name, src, want string
