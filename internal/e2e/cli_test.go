@@ -58,10 +58,9 @@ func kilnCmd(t testing.TB, dir string, env []string, args ...string) cliResult {
 // operator runs kiln commands against a server the way an operator does:
 // KILN_SERVER and KILN_TOKEN in the environment.
 type operator struct {
-	t     testing.TB
-	env   []string
-	dir   string
-	steps []string
+	t   testing.TB
+	env []string
+	dir string
 }
 
 func newOperator(t testing.TB, url, token string) *operator {

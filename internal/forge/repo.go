@@ -171,8 +171,3 @@ func addFile(files []string, seen map[string]bool, names ...string) []string {
 	}
 	return files
 }
-
-// repoBaseName is the owner/name a local or generic source reports.
-func repoBaseName(p string) string {
-	return strings.TrimSuffix(path.Base(p), ".git")
-}
