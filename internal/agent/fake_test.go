@@ -202,18 +202,6 @@ func (h *harness) wait(t *testing.T) error {
 	}
 }
 
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(agenttest.Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // delay waits for the agent's next reconnect delay.
 func (h *harness) delay(t *testing.T) time.Duration {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // cliResult is what one kiln command printed and how it exited.
@@ -179,7 +180,7 @@ jobs:
 		t.Fatalf("trigger: %s", res)
 	}
 	follow := startProc(t, "kiln-logs-follow", append(baseEnv(t), o.env...), "logs", "1", "build", "--follow")
-	waitFor(t, 30*time.Second, "logs --follow to print the first line", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "logs --follow to print the first line", func() (bool, string) {
 		return strings.Contains(follow.log.String(), "compiling"), follow.log.String()
 	})
 	if strings.Contains(follow.log.String(), "compiled") || follow.exited() {
@@ -333,7 +334,7 @@ jobs:
 	sha := work.commit(t, "change", map[string]string{"main.go": "package main\n"})
 	apitest.Git(t, work.dir, "push", "-q", "origin", "main")
 	var run api.Run
-	waitFor(t, 30*time.Second, "the push to start a run", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the push to start a run", func() (bool, string) {
 		l, err := s.Client.ListRuns(bg, api.RunFilter{})
 		if err != nil || len(l.Runs) < 2 {
 			return false, fmt.Sprint(l.Runs, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/kilnci/kiln/internal/server"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // GitHub's example payloads (internal/trigger/testdata/github, from
@@ -86,7 +87,7 @@ func acceptedDelivery(t testing.TB, code int, out map[string]any) int64 {
 func waitDelivery(t testing.TB, c *api.Client, id int64) api.Delivery {
 	t.Helper()
 	var d api.Delivery
-	waitFor(t, 30*time.Second, fmt.Sprintf("event %d to be processed", id), func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, fmt.Sprintf("event %d to be processed", id), func() (bool, string) {
 		var err error
 		d, err = c.Event(bg, id)
 		if err != nil {
@@ -247,7 +248,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 	}
 	// Both runs are pending on GitHub before they finish.
 	for _, wf := range []string{"ci", "fails"} {
-		waitFor(t, 30*time.Second, "a pending status for kiln/"+wf, func() (bool, string) {
+		waittest.UntilState(t, 30*time.Second, "a pending status for kiln/"+wf, func() (bool, string) {
 			sts := g.statusesOf(ghPushSHA, "kiln/"+wf)
 			return len(sts) > 0, fmt.Sprint(g.gh.Statuses())
 		})
@@ -283,7 +284,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 		state string
 	}{{ci, "success"}, {fails, "failure"}} {
 		ctx := "kiln/" + want.run.Workflow
-		waitFor(t, 30*time.Second, ctx+" to be "+want.state, func() (bool, string) {
+		waittest.UntilState(t, 30*time.Second, ctx+" to be "+want.state, func() (bool, string) {
 			sts := g.statusesOf(ghPushSHA, ctx)
 			return len(sts) > 0 && sts[len(sts)-1].State == want.state, fmt.Sprint(sts)
 		})

@@ -64,21 +64,3 @@ func buildKiln(dir string) (string, error) {
 
 // poll is how often the tests look again at what they wait for.
 const poll = 50 * time.Millisecond
-
-// waitFor polls cond until it holds, failing the test with what and the
-// last state cond described once d has passed. Tests wait on processes
-// running on the real clock, so they poll rather than sleep.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last: %s", d, what, state)
-		}
-		time.Sleep(poll)
-	}
-}

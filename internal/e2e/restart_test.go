@@ -17,6 +17,7 @@ import (
 	"github.com/kilnci/kiln/internal/forge/forgetest"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // procClient is an API client of a server process with its admin token.
@@ -64,7 +65,7 @@ jobs:
 	agent := startAgent(t, srv.URL, secret, agentOpts{id: "printer"})
 
 	run := triggerOne(t, c, "app")
-	waitFor(t, time.Minute, "a quarter of the lines to be stored", func() (bool, string) {
+	waittest.UntilState(t, time.Minute, "a quarter of the lines to be stored", func() (bool, string) {
 		var last uint64
 		err := c.Logs(bg, run.ID, api.LogQuery{Job: "count", Step: intp(0), Limit: 100000}, func(l api.LogLine) error {
 			last = l.Seq

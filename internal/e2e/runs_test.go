@@ -13,6 +13,7 @@ import (
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/server"
 	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // stubbornStep records its pid as name in pids, notes a SIGTERM in
@@ -60,7 +61,7 @@ jobs:
 	run := triggerOne(t, s.Client, "app")
 	// One of one and two runs; the other waits for the agent.
 	var running, waiting string
-	waitFor(t, 30*time.Second, "one job to run its step", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "one job to run its step", func() (bool, string) {
 		p := readPids(t, pids)
 		for _, name := range []string{"one", "two"} {
 			if p[name] != 0 {
@@ -78,7 +79,7 @@ jobs:
 	if err != nil || res.Forced || res.Run.Status != kiln.RunCancelling {
 		t.Fatalf("first cancel: %+v %v", res, err)
 	}
-	waitFor(t, 10*time.Second, "the running step to get SIGTERM", func() (bool, string) {
+	waittest.UntilState(t, 10*time.Second, "the running step to get SIGTERM", func() (bool, string) {
 		return exists(filepath.Join(pids, running+".term")), ""
 	})
 	r := getRun(t, s.Client, run.ID)
@@ -93,7 +94,7 @@ jobs:
 	if err != nil || !res.Forced {
 		t.Fatalf("second cancel: %+v %v", res, err)
 	}
-	waitFor(t, 10*time.Second, "the stubborn step to be killed", func() (bool, string) {
+	waittest.UntilState(t, 10*time.Second, "the stubborn step to be killed", func() (bool, string) {
 		return !alive(readPids(t, pids)[running]), ""
 	})
 	run = waitRun(t, s.Client, run.ID, 30*time.Second)
@@ -217,7 +218,7 @@ jobs:
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	startAgent(t, s.URL, secret, agentOpts{id: "talker"})
 	run := triggerOne(t, s.Client, "app")
-	waitFor(t, 30*time.Second, "the first lines while the step runs", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the first lines while the step runs", func() (bool, string) {
 		got := texts(logLines(t, s.Client, run.ID, "live", intp(0)))
 		return slices.Equal(got, []string{"before 1", "before 2", "before 3"}), fmt.Sprint(got)
 	})
@@ -350,7 +351,7 @@ jobs:
 	created := time.Now()
 	// While it waits, it says why.
 	var reasons []string
-	waitFor(t, 30*time.Second, "train to wait saying which labels no agent has", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "train to wait saying which labels no agent has", func() (bool, string) {
 		j := mustJob(t, getRun(t, s.Client, run.ID), "train")
 		if j.PendingReason != "" && !slices.Contains(reasons, j.PendingReason) {
 			reasons = append(reasons, j.PendingReason)
@@ -390,7 +391,7 @@ jobs:
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	startAgent(t, s.URL, secret, agentOpts{id: "patient"})
 	run := triggerOne(t, s.Client, "app")
-	waitFor(t, 30*time.Second, "the slow step to start", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the slow step to start", func() (bool, string) {
 		return readPids(t, pids)["slow"] != 0, describeRun(getRun(t, s.Client, run.ID))
 	})
 	run = waitRun(t, s.Client, run.ID, time.Minute)
@@ -400,7 +401,7 @@ jobs:
 	if run.FinishedAt.Sub(*run.StartedAt) > 30*time.Second {
 		t.Fatalf("the run took %s", run.FinishedAt.Sub(*run.StartedAt))
 	}
-	waitFor(t, 30*time.Second, "the slow step to be stopped", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the slow step to be stopped", func() (bool, string) {
 		return !alive(readPids(t, pids)["slow"]), ""
 	})
 	if readPids(t, pids)["after"] != 0 {

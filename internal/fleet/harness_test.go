@@ -23,6 +23,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 func TestMain(m *testing.M) {
@@ -147,7 +148,7 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 	if o.addr != "" {
 		h.srv.Listener.Close()
 		var l net.Listener
-		eventually(t, "listening on "+o.addr, func() bool {
+		waittest.Until(t, waittest.Timeout, "listening on "+o.addr, func() bool {
 			l, err = net.Listen("tcp", o.addr)
 			return err == nil
 		})
@@ -171,7 +172,7 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 		})
 	}
 	t.Cleanup(h.stop)
-	eventually(t, "the fleet accepts agents", func() bool { return h.f.accepting.Load() })
+	waittest.Until(t, waittest.Timeout, "the fleet accepts agents", func() bool { return h.f.accepting.Load() })
 	return h
 }
 
@@ -243,7 +244,7 @@ func (h *harness) job(id string) store.Job {
 func (h *harness) waitStatus(id string, want kiln.JobStatus) store.Job {
 	h.t.Helper()
 	var j store.Job
-	eventually(h.t, fmt.Sprintf("job %s %s", id, want), func() bool {
+	waittest.Until(h.t, waittest.Timeout, fmt.Sprintf("job %s %s", id, want), func() bool {
 		j = h.job(id)
 		return j.Status == want
 	})
@@ -277,18 +278,6 @@ func (h *harness) sweeps(n int) {
 	case <-ch:
 	case <-time.After(30 * time.Second):
 		h.t.Fatal("the monitor did not sweep")
-	}
-}
-
-// eventually polls cond until it holds, failing after a deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -440,7 +429,7 @@ func (c *client) closed() (int, string) {
 
 func (c *client) waitAck(seq uint64) {
 	c.t.Helper()
-	eventually(c.t, fmt.Sprintf("ack %d", seq), func() bool { return c.acked.Load() >= seq })
+	waittest.Until(c.t, waittest.Timeout, fmt.Sprintf("ack %d", seq), func() bool { return c.acked.Load() >= seq })
 }
 
 // reg is a registration to send.

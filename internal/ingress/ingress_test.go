@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/kilnci/kiln/internal/forge/forgetest"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
@@ -117,16 +119,13 @@ func (f *fixture) send(t *testing.T, event, id string, body []byte, sig string) 
 // finished polls until the delivery is processed.
 func (f *fixture) finished(t *testing.T, id int64) store.Delivery {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		d, err := f.db.Ingress().Get(context.Background(), id)
-		if err == nil && d.Status != store.DeliveryReceived {
-			return d
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("delivery %d was not processed in time", id)
-	return store.Delivery{}
+	var d store.Delivery
+	waittest.Until(t, waittest.Timeout, fmt.Sprintf("delivery %d to be processed", id), func() bool {
+		var err error
+		d, err = f.db.Ingress().Get(context.Background(), id)
+		return err == nil && d.Status != store.DeliveryReceived
+	})
+	return d
 }
 
 func deliveryID(t *testing.T, out map[string]any) int64 {

@@ -139,7 +139,7 @@ func TestWebhookCountersThroughTheServer(t *testing.T) {
 			t.Fatalf("unknown source: status %d", code)
 		}
 
-		f = eventually(t, s, "the flood ignored and the ping answered", func(f families) bool {
+		f = scrapeUntil(t, s, "the flood ignored and the ping answered", func(f families) bool {
 			ignored, _ := f.value("kiln_webhooks_processed_total", "result", "ignored")
 			ping, _ := f.value("kiln_webhooks_processed_total", "result", "ping")
 			return ignored == flood && ping == 1
