@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
@@ -16,7 +17,7 @@ import (
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 var ctx = context.Background()
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/waittest"
 )
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 		runAgentHelper(path)
 		return
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func runAgentHelper(path string) {

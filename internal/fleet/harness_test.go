@@ -17,6 +17,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/logstore"
@@ -34,7 +36,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(agentChildEnv) != "" {
 		os.Exit(agentChild())
 	}
-	os.Exit(storetest.Main(m))
+	goleak.VerifyTestMain(storetest.M(m))
 }
 
 var bg = context.Background()
@@ -110,6 +112,7 @@ func backends(t *testing.T, fn func(t *testing.T, backend storetest.Backend)) {
 func start(t testing.TB, b storetest.Backend, o options) *harness {
 	t.Helper()
 	h := &harness{t: t, backend: b.Name, eng: &testEngine{onApply: o.onApply}}
+	before := goleak.IgnoreCurrent()
 	scfg := store.Config{URL: o.dbURL}
 	if scfg.URL == "" {
 		scfg.URL = b.URL(t)
@@ -171,7 +174,15 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 			db.Close()
 		})
 	}
-	t.Cleanup(h.stop)
+	t.Cleanup(func() {
+		h.stop()
+		// Run returned, so every goroutine the fleet started has ended;
+		// what the test started after the harness (agents, other
+		// harnesses) ended in the cleanups that ran before this one.
+		if err := goleak.Find(before); err != nil {
+			t.Errorf("goroutines left after the fleet stopped: %v", err)
+		}
+	})
 	waittest.Until(t, waittest.Timeout, "the fleet accepts agents", func() bool { return h.f.accepting.Load() })
 	return h
 }

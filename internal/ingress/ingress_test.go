@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/forge"
@@ -21,7 +23,7 @@ import (
 	"github.com/kilnci/kiln/internal/waittest"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 const (
 	secret  = "s3cret"
