@@ -78,40 +78,9 @@ func (p *Processor) refuse(w http.ResponseWriter, err error) {
 	writeError(w, err)
 }
 
-// errorBody is kiln's JSON error shape, shared with the API.
-type errorBody struct {
-	Error struct {
-		Code    kiln.Code `json:"code"`
-		Message string    `json:"message"`
-	} `json:"error"`
-}
-
-// StatusOf maps an error code to its HTTP status.
-func StatusOf(code kiln.Code) int {
-	switch code {
-	case kiln.CodeInvalid:
-		return http.StatusBadRequest
-	case kiln.CodeNotFound:
-		return http.StatusNotFound
-	case kiln.CodeConflict:
-		return http.StatusConflict
-	case kiln.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case kiln.CodeForbidden:
-		return http.StatusForbidden
-	case kiln.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case kiln.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
 func writeError(w http.ResponseWriter, err error) {
-	var body errorBody
-	body.Error.Code = kiln.ErrorCode(err)
-	body.Error.Message = kiln.ErrorMessage(err)
-	writeJSON(w, StatusOf(body.Error.Code), body)
+	body := kiln.BodyOf(err)
+	writeJSON(w, body.Error.Code.HTTPStatus(), body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
