@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/forge"
 )
@@ -100,7 +101,7 @@ func commitSHA(n int) string { return fmt.Sprintf("%040x", n+2) }
 // setUpSource adds a GitHub source at apiBase to s and creates an agent
 // token.
 func setUpSource(ctx context.Context, s *serverProc, apiBase string) (token string, err error) {
-	_, err = s.client.AddSource(ctx, forge.Source{Name: benchSource, Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+	_, err = s.client.AddSource(ctx, forge.Source{Name: benchSource, Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
 		APIBase: apiBase, WebBase: apiBase, Token: benchAPIToken, WebhookSecret: benchSecret,
 	}})
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/forge/forgetest"
-	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
 	"github.com/kilnci/kiln/internal/waittest"
 )
@@ -142,7 +141,7 @@ jobs:
 	gated := newGatedAPI(t, gh)
 	srv := startServerProc(t, t.TempDir(), 0, "--set", "webhooks.claim_lease=2s")
 	c := procClient(t, srv)
-	src := forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+	src := forge.Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
 		APIBase: gated.URL, Token: ghAPIToken, WebhookSecret: ghSecret}}
 	if _, err := c.AddSource(bg, src); err != nil {
 		t.Fatal(err)
@@ -164,7 +163,7 @@ jobs:
 	srv.restart(t)
 
 	d := waitDelivery(t, c, id)
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 || d.ProcessedAt == nil || d.ProcessedAt.Before(restarted) {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 || d.ProcessedAt == nil || d.ProcessedAt.Before(restarted) {
 		t.Fatalf("delivery after the restart: %s", describeDelivery(d))
 	}
 	run := waitRun(t, c, d.Runs[0].ID, time.Minute)

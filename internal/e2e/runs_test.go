@@ -12,7 +12,6 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/server"
-	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/waittest"
 )
 
@@ -296,7 +295,7 @@ jobs:
 
 	d, err := s.Client.Dispatch(bg, api.DispatchRequest{Source: "app", Workflow: "deploy.yml",
 		Inputs: map[string]any{"target": "production", "dry_run": "false", "replicas": 3}}, true)
-	if err != nil || d.Status != store.DeliveryProcessed || len(d.Runs) != 1 {
+	if err != nil || d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
 		t.Fatalf("dispatch: %s %v", describeDelivery(d), err)
 	}
 	run := waitRun(t, s.Client, d.Runs[0].ID, time.Minute)
@@ -314,7 +313,7 @@ jobs:
 		if err != nil {
 			t.Fatalf("dispatch %v: %v", bad, err)
 		}
-		if d.Status != store.DeliveryFailed || len(d.Runs) != 0 || d.Message == "" {
+		if d.Status != kiln.DeliveryFailed || len(d.Runs) != 0 || d.Message == "" {
 			t.Fatalf("dispatch %v: %s", bad, describeDelivery(d))
 		}
 		for k := range bad {

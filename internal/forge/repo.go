@@ -106,13 +106,13 @@ func NewRepo(src *Source, opts Options) (Repo, error) {
 	}
 	opts = opts.withDefaults()
 	switch src.Kind {
-	case KindGitHub:
+	case kiln.SourceGitHub:
 		return newGitHub(src.GitHub, opts)
-	case KindGitea:
+	case kiln.SourceGitea:
 		return newGitea(src.Gitea, opts)
-	case KindGeneric:
+	case kiln.SourceGeneric:
 		return newGeneric(src.Generic, opts), nil
-	case KindLocal:
+	case kiln.SourceLocal:
 		return newLocal(src.Name, src.Local, opts), nil
 	}
 	return nil, kiln.Errorf(kiln.CodeInvalid, "source kind %q is not known", src.Kind)

@@ -25,9 +25,9 @@ const (
 // event log, and a forged delivery id cannot poison deduplication (the
 // server log says what was refused).
 func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
-	kind := forge.Kind(r.PathValue("kind"))
+	kind := kiln.SourceKind(r.PathValue("kind"))
 	name := r.PathValue("source")
-	if !kind.Valid() || kind == forge.KindLocal {
+	if !kind.Valid() || kind == kiln.SourceLocal {
 		p.refuse(w, kiln.Errorf(kiln.CodeNotFound, "there are no %q webhooks; kinds are github, gitea and generic", kind))
 		return
 	}
