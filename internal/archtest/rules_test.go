@@ -170,3 +170,34 @@ func TestKilnBinaryLinksNoTestCode(t *testing.T) {
 		}
 	}
 }
+
+// The domain and language packages sit at the bottom: kiln imports none of
+// ours, and the pure packages only kiln and each other, downward. They are
+// what the agent, kiln lint and the orchestrator all share.
+func TestPurePackagesStayAtTheBottom(t *testing.T) {
+	g := loadGraph(t)
+	may := map[string][]string{
+		"kiln":              nil,
+		"internal/suggest":  nil,
+		"internal/expr":     {"kiln", "internal/suggest"},
+		"internal/workflow": {"kiln", "internal/expr", "internal/suggest"},
+		"internal/trigger":  {"kiln", "internal/workflow"},
+		"internal/proto":    {"kiln"},
+	}
+	for pkg, allowed := range may {
+		ip := module + "/" + pkg
+		if pkg == "kiln" {
+			ip = module
+		}
+		p := g[ip]
+		if p == nil {
+			t.Errorf("%s is not in the module", pkg)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if (imp == module || strings.HasPrefix(imp, module+"/")) && !slices.Contains(allowed, short(imp)) {
+				t.Errorf("%s imports %s; it may import only %v of ours", pkg, short(imp), allowed)
+			}
+		}
+	}
+}
