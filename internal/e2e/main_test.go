@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
@@ -34,7 +36,16 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: build the kiln binary:", err)
 		return 1
 	}
-	return storetest.Main(m)
+	code := storetest.Main(m)
+	if code == 0 {
+		// The in-process servers (server.Run) and clients of the tests
+		// must all have ended.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: goroutines left after the tests:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // buildKiln builds ./cmd/kiln of this module into dir, with the race
