@@ -3,10 +3,12 @@ package kiln
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
-// Code is a stable, machine-readable error class. The API maps each to one
-// HTTP status in one place; the CLI and scripts match on it.
+// Code is a stable, machine-readable error class. Each maps to one HTTP
+// status (HTTPStatus), for the API and the webhook handler alike; the CLI
+// and scripts match on it.
 type Code string
 
 const (
@@ -58,4 +60,66 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// HTTPStatus is the status an HTTP answer carrying an error of code has.
+func (c Code) HTTPStatus() int {
+	switch c {
+	case CodeInvalid:
+		return http.StatusBadRequest
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeConflict:
+		return http.StatusConflict
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// CodeOfStatus is the code of an HTTP error answer that carries no
+// ErrorBody (a proxy's page): the inverse of HTTPStatus, plus the statuses
+// only proxies and the HTTP layer answer with.
+func CodeOfStatus(status int) Code {
+	switch status {
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType:
+		return CodeInvalid
+	case http.StatusUnauthorized:
+		return CodeUnauthorized
+	case http.StatusForbidden:
+		return CodeForbidden
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusConflict:
+		return CodeConflict
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return CodeUnavailable
+	}
+	return CodeInternal
+}
+
+// ErrorBody is the JSON shape of every error kiln's HTTP server answers,
+// on the API and on webhooks: {"error": {"code": …, "message": …}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the stable code and the sentence of an error.
+type ErrorDetail struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+// BodyOf is the ErrorBody answering err: its *Error's code and message, or
+// "internal error" without detail.
+func BodyOf(err error) ErrorBody {
+	return ErrorBody{Error: ErrorDetail{Code: ErrorCode(err), Message: ErrorMessage(err)}}
 }

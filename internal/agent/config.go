@@ -234,7 +234,7 @@ func checkAgentID(id string) error {
 	}
 	for _, r := range id {
 		if !idRune(r) {
-			return fmt.Errorf("the agent id %q may only contain letters, digits and - _ . :", id)
+			return fmt.Errorf(`the agent id %q may only contain letters, digits and "-_.:"`, id)
 		}
 	}
 	if id == "" {

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/agent/agenttest"
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) {
 	// Tests that run real jobs re-execute this binary as the executor's
 	// step supervisor.
 	executor.MaybeRunShim()
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // fakeRunner runs jobs whose steps are tiny scripts, so that tests decide
@@ -199,18 +200,6 @@ func (h *harness) wait(t *testing.T) error {
 	case <-time.After(agenttest.Timeout):
 		t.Fatal("the agent did not return")
 		return nil
-	}
-}
-
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(agenttest.Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

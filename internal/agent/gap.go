@@ -122,12 +122,3 @@ func (r gapRun) text(now time.Time) string {
 	}
 	return fmt.Sprintf("--- kiln agent: the connection to the orchestrator was lost for %s; %s ---", back.Sub(r.lostAt).Round(time.Second), what)
 }
-
-// lines counts the lines the gap stands for.
-func (g gap) lines() int {
-	n := 0
-	for _, r := range g {
-		n += r.lines
-	}
-	return n
-}

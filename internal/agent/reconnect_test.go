@@ -10,6 +10,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/agent/agenttest"
 	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // describe renders a durable frame for comparisons.
@@ -101,7 +102,7 @@ func TestBufferOverflowDropsOldestLogsBehindOneGapMarker(t *testing.T) {
 	orch.SetOffline(true)
 	dials := orch.Dials()
 	c1.Drop()
-	waitFor(t, "the agent to notice the lost connection", func() bool { return orch.Dials() > dials })
+	waittest.Until(t, agenttest.Timeout, "the agent to notice the lost connection", func() bool { return orch.Dials() > dials })
 	x.Release()
 	select {
 	case <-x.Done():

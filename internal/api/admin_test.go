@@ -17,7 +17,7 @@ import (
 )
 
 func githubSource(name string) forge.Source {
-	return forge.Source{Name: name, Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{Token: "ghp_secret", WebhookSecret: "hook-secret"}}
+	return forge.Source{Name: name, Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{Token: "ghp_secret", WebhookSecret: "hook-secret"}}
 }
 
 // Proves B34 (docs/behaviours.md).
@@ -211,7 +211,7 @@ func TestSourceHook(t *testing.T) {
 	}
 	// The hook the server prints is the one forge installs.
 	cfg, _ := api.HookConfigFor(apitest.SourceName, "/usr/local/bin/kiln", "http://ci.example:4000", "/etc/kiln/token")
-	src := forge.Source{Name: apitest.SourceName, Kind: forge.KindLocal, Local: &forge.LocalConfig{Path: h.Repo}}
+	src := forge.Source{Name: apitest.SourceName, Kind: kiln.SourceLocal, Local: &forge.LocalConfig{Path: h.Repo}}
 	path, err := forge.InstallHook(ctx, &src, cfg, false, forge.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -115,29 +115,12 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 // and message, or a sentence built from the status for anything else (a
 // proxy's HTML page).
 func decodeError(resp *http.Response) error {
-	var body ErrorBody
+	var body kiln.ErrorBody
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" && body.Error.Message != "" {
 		return &kiln.Error{Code: body.Error.Code, Message: body.Error.Message}
 	}
-	code := kiln.CodeInternal
-	switch resp.StatusCode {
-	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType:
-		code = kiln.CodeInvalid
-	case http.StatusUnauthorized:
-		code = kiln.CodeUnauthorized
-	case http.StatusForbidden:
-		code = kiln.CodeForbidden
-	case http.StatusNotFound:
-		code = kiln.CodeNotFound
-	case http.StatusConflict:
-		code = kiln.CodeConflict
-	case http.StatusRequestEntityTooLarge:
-		code = kiln.CodeTooLarge
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		code = kiln.CodeUnavailable
-	}
-	return kiln.Errorf(code, "the server answered %s to %s %s", resp.Status, resp.Request.Method, resp.Request.URL.Path)
+	return kiln.Errorf(kiln.CodeOfStatus(resp.StatusCode), "the server answered %s to %s %s", resp.Status, resp.Request.Method, resp.Request.URL.Path)
 }
 
 // rootCause is the innermost error, without the URL that net/http repeats.

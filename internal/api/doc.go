@@ -5,8 +5,9 @@
 //
 // routes.go maps the whole surface in one table; docs/openapi.yaml documents
 // the same table and a test keeps the two equal. Handlers return errors;
-// one function turns a kiln.Error into its HTTP status (ingress.StatusOf)
-// and the JSON shape {"error": {"code", "message"}} that webhooks use too.
+// one function turns a kiln.Error into its HTTP status (kiln.Code.HTTPStatus)
+// and the JSON shape {"error": {"code", "message"}} (kiln.ErrorBody) that
+// webhooks use too.
 // Internal errors are logged with their detail and shown as "internal
 // error". Every /api/v1 route needs an admin bearer token.
 //

@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/kilnci/kiln"
-	"github.com/kilnci/kiln/internal/ingress"
 )
 
 // handlerFunc is an API handler: it writes its answer, or returns an error
@@ -39,18 +37,6 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.msg }
 
-// ErrorBody is the JSON shape of every error the API (and the webhook
-// handler) answers.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is the stable code and the sentence of an error.
-type ErrorDetail struct {
-	Code    kiln.Code `json:"code"`
-	Message string    `json:"message"`
-}
-
 // wrap runs h and answers its error, if any.
 func (s *server) wrap(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -63,11 +49,11 @@ func (s *server) wrap(h handlerFunc) http.Handler {
 // writeError answers err: a kiln.Error with its code's status and its
 // message; anything else as a logged "internal error".
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	body := ErrorBody{Error: ErrorDetail{Code: kiln.ErrorCode(err), Message: kiln.ErrorMessage(err)}}
-	status := ingress.StatusOf(body.Error.Code)
+	body := kiln.BodyOf(err)
+	status := body.Error.Code.HTTPStatus()
 	var se *statusError
 	if errors.As(err, &se) {
-		body.Error = ErrorDetail{Code: se.code, Message: se.msg}
+		body.Error = kiln.ErrorDetail{Code: se.code, Message: se.msg}
 		status = se.status
 	}
 	if body.Error.Code == kiln.CodeInternal && r.Context().Err() == nil {
@@ -216,13 +202,6 @@ func checkQuery(r *http.Request, known ...string) error {
 		}
 	}
 	return nil
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return fmt.Sprintf("%d %s", n, one)
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 // validRef reports whether a path value can name a stored row: short,

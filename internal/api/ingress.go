@@ -17,19 +17,19 @@ import (
 // Delivery is a row of the event log: one webhook, trigger or dispatch and
 // what kiln did with it.
 type Delivery struct {
-	ID          int64                `json:"id"`
-	Source      string               `json:"source"` // the source's name ("" once removed)
-	DeliveryID  string               `json:"delivery_id,omitempty"`
-	Kind        string               `json:"kind,omitempty"` // github, gitea, generic, trigger, dispatch
-	Event       string               `json:"event"`
-	Status      store.DeliveryStatus `json:"status"`
-	Message     string               `json:"message,omitempty"`
-	RunIDs      []string             `json:"run_ids,omitempty"`
-	Runs        []RunRef             `json:"runs,omitempty"` // with numbers, on single-delivery answers
-	ReceivedAt  time.Time            `json:"received_at"`
-	ProcessedAt *time.Time           `json:"processed_at,omitempty"`
-	Attempts    int                  `json:"attempts"`
-	Body        json.RawMessage      `json:"body,omitempty"` // GET /events/{id} only, when it is JSON
+	ID          int64               `json:"id"`
+	Source      string              `json:"source"` // the source's name ("" once removed)
+	DeliveryID  string              `json:"delivery_id,omitempty"`
+	Kind        string              `json:"kind,omitempty"` // github, gitea, generic, trigger, dispatch
+	Event       string              `json:"event"`
+	Status      kiln.DeliveryStatus `json:"status"`
+	Message     string              `json:"message,omitempty"`
+	RunIDs      []string            `json:"run_ids,omitempty"`
+	Runs        []RunRef            `json:"runs,omitempty"` // with numbers, on single-delivery answers
+	ReceivedAt  time.Time           `json:"received_at"`
+	ProcessedAt *time.Time          `json:"processed_at,omitempty"`
+	Attempts    int                 `json:"attempts"`
+	Body        json.RawMessage     `json:"body,omitempty"` // GET /events/{id} only, when it is JSON
 }
 
 // RunRef names a run a delivery created.
@@ -132,7 +132,7 @@ func (s *server) answerDelivery(w http.ResponseWriter, r *http.Request, id int64
 	var err error
 	if wait {
 		d, err = s.awaitDelivery(r.Context(), id)
-		if d.Status != store.DeliveryReceived {
+		if d.Status != kiln.DeliveryReceived {
 			status = http.StatusOK
 		}
 	} else {
@@ -154,7 +154,7 @@ func (s *server) answerDelivery(w http.ResponseWriter, r *http.Request, id int64
 func (s *server) awaitDelivery(ctx context.Context, id int64) (store.Delivery, error) {
 	done := s.Ingress.Wait(id) // before reading, so a finish in between is not missed
 	d, err := s.DB.Ingress().Get(ctx, id)
-	if err != nil || d.Status != store.DeliveryReceived {
+	if err != nil || d.Status != kiln.DeliveryReceived {
 		return d, err
 	}
 	timer := time.NewTimer(s.cfg.MaxWait)
@@ -193,7 +193,7 @@ func (s *server) listEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	f := store.DeliveryFilter{Status: store.DeliveryStatus(q.Get("status"))}
+	f := store.DeliveryFilter{Status: kiln.DeliveryStatus(q.Get("status"))}
 	if f.Status != "" && !validDeliveryStatus(f.Status) {
 		return errorf(codeInvalid, "status %q is not a delivery status (received, processed, duplicate, no_match, invalid_workflow, ignored, failed, ping)", f.Status)
 	}
@@ -234,10 +234,10 @@ func (s *server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func validDeliveryStatus(s store.DeliveryStatus) bool {
+func validDeliveryStatus(s kiln.DeliveryStatus) bool {
 	switch s {
-	case store.DeliveryReceived, store.DeliveryProcessed, store.DeliveryDuplicate, store.DeliveryNoMatch,
-		store.DeliveryInvalidWorkflow, store.DeliveryIgnored, store.DeliveryFailed, store.DeliveryPing:
+	case kiln.DeliveryReceived, kiln.DeliveryProcessed, kiln.DeliveryDuplicate, kiln.DeliveryNoMatch,
+		kiln.DeliveryInvalidWorkflow, kiln.DeliveryIgnored, kiln.DeliveryFailed, kiln.DeliveryPing:
 		return true
 	}
 	return false

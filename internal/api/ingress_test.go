@@ -8,7 +8,6 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
-	"github.com/kilnci/kiln/internal/store"
 )
 
 // Proves B6 (docs/behaviours.md).
@@ -19,7 +18,7 @@ func TestDispatchWithInputsStartsARun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 || d.Runs[0].Number != 1 || d.Kind != "dispatch" || d.Source != apitest.SourceName {
+		if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 || d.Runs[0].Number != 1 || d.Kind != "dispatch" || d.Source != apitest.SourceName {
 			t.Fatalf("dispatch: %+v", d)
 		}
 		run, err := h.Client.GetRun(ctx, "1")
@@ -41,12 +40,12 @@ func TestDispatchWithInputsStartsARun(t *testing.T) {
 func TestDispatchOutcomesThatStartNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		d, err := h.Client.Dispatch(ctx, api.DispatchRequest{Source: apitest.SourceName, Workflow: "deploy.yml"}, true)
-		if err != nil || d.Status != store.DeliveryNoMatch || len(d.Runs) != 0 || !strings.Contains(d.Message, "deploy.yml") {
+		if err != nil || d.Status != kiln.DeliveryNoMatch || len(d.Runs) != 0 || !strings.Contains(d.Message, "deploy.yml") {
 			t.Fatalf("unknown workflow: %+v, %v", d, err)
 		}
 		d, err = h.Client.Dispatch(ctx, api.DispatchRequest{Source: apitest.SourceName, Workflow: "ci.yml",
 			Inputs: map[string]any{"target": "moon"}}, true)
-		if err != nil || len(d.Runs) != 0 || d.Status == store.DeliveryProcessed {
+		if err != nil || len(d.Runs) != 0 || d.Status == kiln.DeliveryProcessed {
 			t.Fatalf("bad input value: %+v, %v", d, err)
 		}
 		if list, _ := h.Client.ListRuns(ctx, api.RunFilter{}); len(list.Runs) != 0 {
@@ -93,7 +92,7 @@ func TestTriggerALocalPush(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 || d.Kind != "trigger" || d.Event != "push" {
+		if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 || d.Kind != "trigger" || d.Event != "push" {
 			t.Fatalf("trigger: %+v", d)
 		}
 		run, err := h.Client.GetRun(ctx, d.Runs[0].ID)
@@ -143,7 +142,7 @@ func TestEventLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(page.Events) != 2 || page.Events[0].ID != 3 || page.NextBefore != 2 || page.Events[1].Status != store.DeliveryNoMatch {
+		if len(page.Events) != 2 || page.Events[0].ID != 3 || page.NextBefore != 2 || page.Events[1].Status != kiln.DeliveryNoMatch {
 			t.Fatalf("first page: %+v", page)
 		}
 		if page.Events[0].Body != nil || len(page.Events[0].RunIDs) != 1 {

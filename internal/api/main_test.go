@@ -5,19 +5,19 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
-	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 var ctx = context.Background()
 
@@ -81,7 +81,7 @@ func wantError(t *testing.T, h *apitest.Harness, status int, code kiln.Code, met
 
 func wantErrorBody(t *testing.T, got int, b []byte, status int, code kiln.Code, parts ...string) {
 	t.Helper()
-	var eb api.ErrorBody
+	var eb kiln.ErrorBody
 	if err := json.Unmarshal(b, &eb); err != nil {
 		t.Fatalf("status %d, body is not the error shape: %s", got, b)
 	}

@@ -132,7 +132,7 @@ func (s *server) sourceHook(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if fs.Kind != forge.KindLocal || fs.Local == nil {
+	if fs.Kind != kiln.SourceLocal || fs.Local == nil {
 		return errorf(codeInvalid, "source %s is a %s source; hooks are for local sources", fs.Name, fs.Kind)
 	}
 	cfg, err := HookConfigFor(fs.Name, r.URL.Query().Get("kiln"), r.URL.Query().Get("server"), r.URL.Query().Get("token_file"))

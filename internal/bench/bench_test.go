@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln/internal/bench"
 	"github.com/kilnci/kiln/internal/cli"
 	"github.com/kilnci/kiln/internal/store/storetest"
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	os.Exit(storetest.Main(m))
+	goleak.VerifyTestMain(storetest.M(m))
 }
 
 // tiny is every scenario at the smallest size that still exercises it.

@@ -5,11 +5,12 @@
 // loopback (SQLite in a temporary data directory, or a scratch database
 // on the PostgreSQL server the operator names), so memory and CPU belong
 // to the server alone. Work arrives as it does in production: signed
-// GitHub webhooks and API dispatches, with workflow files served by a fake
-// GitHub API in this process. Agents are scripted clients in this process
-// that speak the real protocol (auth, register, job.ack, job.status, log
-// frames, acknowledgements) and run every job as a no-op, so the numbers
-// are the orchestrator's, not a shell's.
+// GitHub webhooks and API dispatches, with workflow files served by a small
+// GitHub API of the bench's own in this process (github.go: production
+// code, since it is linked into the kiln binary). Agents are scripted
+// clients in this process that speak the real protocol (auth, register,
+// job.ack, job.status, log frames, acknowledgements) and run every job as
+// a no-op, so the numbers are the orchestrator's, not a shell's.
 //
 // Everything is bounded: agent counts, job counts and lines have upper
 // limits, and every scenario has a deadline.

@@ -12,12 +12,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/forge"
-	"github.com/kilnci/kiln/internal/forge/forgetest"
 )
 
-// The repository the bench's workflows live in, on a fake GitHub.
+// The repository the bench's workflows live in, on the bench's own
+// GitHub API (github.go).
 const (
 	benchRepo     = "kiln-bench/app"
 	benchSource   = "bench"
@@ -56,62 +57,52 @@ jobs:
 `, name, label)
 }
 
-// fakeGitHub serves the bench's repository, and the server gets a GitHub
-// source pointing at it and an agent token.
-type fakeGitHub struct {
-	*forgetest.GitHub
-}
-
-func newFakeGitHub() *fakeGitHub {
-	g := &fakeGitHub{GitHub: forgetest.New()}
-	g.Token = benchAPIToken
-	g.SetFiles(benchRepo, benchMainSHA, "main", benchWorkflows)
-	return g
-}
-
-// commit adds a commit holding the bench's workflows and returns its sha.
-func (g *fakeGitHub) commit(n int) string {
-	sha := fmt.Sprintf("%040x", n+2)
-	g.SetFiles(benchRepo, sha, "", benchWorkflows)
-	return sha
-}
-
-// stage is a server with a fake GitHub holding the bench's workflows, its
+// stage is a server with a GitHub API holding the bench's workflows, its
 // source, and an agent token.
 type stage struct {
 	*serverProc
-	gh    *fakeGitHub
+	gh    *benchGitHub
 	token string
 }
 
-// stop ends the server and the fake GitHub.
+// stop ends the server and the GitHub API.
 func (st *stage) stop() {
 	st.serverProc.stop()
 	st.gh.Close()
 }
 
-// startStage starts a stage; extra files, when given, are added to the
-// repository's main branch.
-func (b *bench) startStage(ctx context.Context, extra map[string]string) (*stage, error) {
+// startStage starts a stage; the repository holds files when given, else
+// the bench's workflows.
+func (b *bench) startStage(ctx context.Context, files map[string]string) (*stage, error) {
 	s, err := b.startServer(ctx, serverOptions{})
 	if err != nil {
 		return nil, err
 	}
-	st := &stage{serverProc: s, gh: newFakeGitHub()}
-	if extra != nil {
-		st.gh.SetFiles(benchRepo, benchMainSHA, "main", extra)
+	if files == nil {
+		files = benchWorkflows
 	}
-	if st.token, err = st.gh.setUp(ctx, s); err != nil {
+	gh, err := newBenchGitHub(files)
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	st := &stage{serverProc: s, gh: gh}
+	if st.token, err = setUpSource(ctx, s, gh.URL); err != nil {
 		st.stop()
 		return nil, err
 	}
 	return st, nil
 }
 
-// setUp adds the GitHub source to s and creates an agent token.
-func (g *fakeGitHub) setUp(ctx context.Context, s *serverProc) (token string, err error) {
-	_, err = s.client.AddSource(ctx, forge.Source{Name: benchSource, Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
-		APIBase: g.URL, WebBase: g.URL, Token: benchAPIToken, WebhookSecret: benchSecret,
+// commitSHA is the id of the bench repository's n-th commit; every commit
+// holds the same files.
+func commitSHA(n int) string { return fmt.Sprintf("%040x", n+2) }
+
+// setUpSource adds a GitHub source at apiBase to s and creates an agent
+// token.
+func setUpSource(ctx context.Context, s *serverProc, apiBase string) (token string, err error) {
+	_, err = s.client.AddSource(ctx, forge.Source{Name: benchSource, Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
+		APIBase: apiBase, WebBase: apiBase, Token: benchAPIToken, WebhookSecret: benchSecret,
 	}})
 	if err != nil {
 		return "", fmt.Errorf("add the bench source: %w", err)

@@ -35,7 +35,7 @@ func (b *bench) webhook(ctx context.Context) error {
 
 	var toAgent, to202 []time.Duration
 	for i := range b.cfg.Webhooks {
-		body := pushPayload(s.gh.commit(i))
+		body := pushPayload(commitSHA(i))
 		t0 := time.Now()
 		if err := deliver(ctx, webhookClient, s.serverProc, fmt.Sprintf("bench-%d-%s", i, randomHex(4)), body); err != nil {
 			return err

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
-	"github.com/kilnci/kiln/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -66,7 +66,7 @@ runs to finish, with progress on stderr, and exits 1 unless they all succeed.`,
 // progress until they finish. noMatchOK: an event no workflow matched is
 // not an error (a push to a branch nothing runs on).
 func finishDelivery(cmd *cobra.Command, e *env, c *api.Client, d api.Delivery, wait, asJSON, noMatchOK bool) error {
-	if d.Status == store.DeliveryReceived {
+	if d.Status == kiln.DeliveryReceived {
 		fmt.Fprintf(e.stderr, "event %d was recorded but not processed yet; see kiln events %d\n", d.ID, d.ID)
 		if asJSON {
 			return printJSON(e.stdout, d)
@@ -79,7 +79,7 @@ func finishDelivery(cmd *cobra.Command, e *env, c *api.Client, d api.Delivery, w
 				return err
 			}
 		}
-		if noMatchOK && d.Status == store.DeliveryNoMatch {
+		if noMatchOK && d.Status == kiln.DeliveryNoMatch {
 			fmt.Fprintf(e.stderr, "no run started (event %d): %s\n", d.ID, d.Message)
 			return nil
 		}

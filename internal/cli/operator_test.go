@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
@@ -17,7 +19,7 @@ import (
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // opHarness is an API server for the operator commands.
 type opHarness struct {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/spf13/cobra"
@@ -42,16 +43,16 @@ type sourceFlags struct {
 }
 
 // kindFlags says which kinds each setting belongs to.
-var kindFlags = map[string][]forge.Kind{
-	"api-base": {forge.KindGitHub, forge.KindGitea}, "web-base": {forge.KindGitHub},
-	"token-env": {forge.KindGitHub, forge.KindGitea}, "token-file": {forge.KindGitHub, forge.KindGitea},
-	"app-id": {forge.KindGitHub}, "installation-id": {forge.KindGitHub}, "private-key-file": {forge.KindGitHub},
-	"repository": {forge.KindGeneric}, "clone-url": {forge.KindGeneric}, "default-branch": {forge.KindGeneric},
-	"auth": {forge.KindGeneric}, "signature-header": {forge.KindGeneric}, "clone-username": {forge.KindGeneric},
-	"clone-password-env": {forge.KindGeneric}, "clone-password-file": {forge.KindGeneric},
-	"secret-env":  {forge.KindGitHub, forge.KindGitea, forge.KindGeneric},
-	"secret-file": {forge.KindGitHub, forge.KindGitea, forge.KindGeneric},
-	"path":        {forge.KindLocal},
+var kindFlags = map[string][]kiln.SourceKind{
+	"api-base": {kiln.SourceGitHub, kiln.SourceGitea}, "web-base": {kiln.SourceGitHub},
+	"token-env": {kiln.SourceGitHub, kiln.SourceGitea}, "token-file": {kiln.SourceGitHub, kiln.SourceGitea},
+	"app-id": {kiln.SourceGitHub}, "installation-id": {kiln.SourceGitHub}, "private-key-file": {kiln.SourceGitHub},
+	"repository": {kiln.SourceGeneric}, "clone-url": {kiln.SourceGeneric}, "default-branch": {kiln.SourceGeneric},
+	"auth": {kiln.SourceGeneric}, "signature-header": {kiln.SourceGeneric}, "clone-username": {kiln.SourceGeneric},
+	"clone-password-env": {kiln.SourceGeneric}, "clone-password-file": {kiln.SourceGeneric},
+	"secret-env":  {kiln.SourceGitHub, kiln.SourceGitea, kiln.SourceGeneric},
+	"secret-file": {kiln.SourceGitHub, kiln.SourceGitea, kiln.SourceGeneric},
+	"path":        {kiln.SourceLocal},
 }
 
 func newSourcesAddCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -92,7 +93,7 @@ redacted, and this command prints the webhook URL to give the forge.
 				return apiError(err)
 			}
 			fmt.Fprintf(e.stdout, "added %s source %s\n", added.Kind, added.Name)
-			if added.Kind == forge.KindLocal {
+			if added.Kind == kiln.SourceLocal {
 				fmt.Fprintf(e.stdout, "install its post-receive hook with: kiln sources hook %s --install\n", added.Name)
 			} else {
 				fmt.Fprintf(e.stdout, "webhook URL: %s/webhook/%s/%s\n", strings.TrimSuffix(cf.serverURL(e), "/"), added.Kind, added.Name)
@@ -125,7 +126,7 @@ redacted, and this command prints the webhook URL to give the forge.
 
 // source builds the forge configuration from the flags.
 func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Source, error) {
-	kind := forge.Kind(f.kind)
+	kind := kiln.SourceKind(f.kind)
 	if !kind.Valid() {
 		return forge.Source{}, usageErrorf("--kind must be github, gitea, generic or local")
 	}
@@ -144,7 +145,7 @@ func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Sou
 		return src, err
 	}
 	switch kind {
-	case forge.KindGitHub:
+	case kiln.SourceGitHub:
 		gh := &forge.GitHubConfig{APIBase: f.apiBase, WebBase: f.webBase, Token: token, WebhookSecret: secret}
 		if f.appID != "" || f.installationID != 0 || f.privateKeyFile != "" {
 			key, err := readSecret(e, "", f.privateKeyFile, "private-key")
@@ -154,9 +155,9 @@ func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Sou
 			gh.App = &forge.GitHubApp{AppID: f.appID, InstallationID: f.installationID, PrivateKeyPEM: key}
 		}
 		src.GitHub = gh
-	case forge.KindGitea:
+	case kiln.SourceGitea:
 		src.Gitea = &forge.GiteaConfig{APIBase: f.apiBase, Token: token, WebhookSecret: secret}
-	case forge.KindGeneric:
+	case kiln.SourceGeneric:
 		pass, err := readSecret(e, f.clonePassEnv, f.clonePassFile, "clone-password")
 		if err != nil {
 			return src, err
@@ -169,7 +170,7 @@ func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Sou
 			g.Auth.Secret = secret
 		}
 		src.Generic = g
-	case forge.KindLocal:
+	case kiln.SourceLocal:
 		p := f.path
 		if p != "" {
 			if abs, err := filepath.Abs(p); err == nil {
@@ -181,7 +182,7 @@ func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Sou
 	return src, nil
 }
 
-func containsKind(ks []forge.Kind, k forge.Kind) bool {
+func containsKind(ks []kiln.SourceKind, k kiln.SourceKind) bool {
 	for _, x := range ks {
 		if x == k {
 			return true
@@ -351,7 +352,7 @@ token itself is never written into the hook.`,
 			if err != nil {
 				return apiError(err)
 			}
-			src := forge.Source{Name: hook.Source, Kind: forge.KindLocal, Local: &forge.LocalConfig{Path: hook.Path}}
+			src := forge.Source{Name: hook.Source, Kind: kiln.SourceLocal, Local: &forge.LocalConfig{Path: hook.Path}}
 			path, err := forge.InstallHook(cmd.Context(), &src, cfg, force, forge.Options{})
 			if err != nil {
 				return apiError(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/server"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 const multiStepWorkflow = `name: build
@@ -175,7 +176,7 @@ jobs:
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	doomed := startAgent(t, s.URL, secret, agentOpts{id: "doomed", labels: "doomed", maxJobs: 2})
 	run := triggerOne(t, s.Client, "app")
-	waitFor(t, time.Minute, "both jobs to tick", func() (bool, string) {
+	waittest.UntilState(t, time.Minute, "both jobs to tick", func() (bool, string) {
 		return countLines(marksRetry) >= 3 && countLines(marksFail) >= 3, fmt.Sprint(readPids(t, pids))
 	})
 	before := readPids(t, pids)
@@ -186,7 +187,7 @@ jobs:
 	doomed.wait(t, 10*time.Second)
 	lostAt := time.Now()
 
-	waitFor(t, 10*time.Second, "the killed agent's step processes to be gone", func() (bool, string) {
+	waittest.UntilState(t, 10*time.Second, "the killed agent's step processes to be gone", func() (bool, string) {
 		var left []string
 		for name, pid := range before {
 			if alive(pid) {
@@ -201,7 +202,7 @@ jobs:
 	// Another agent that could take both jobs connects at once; inside the
 	// recovery window neither job goes to it.
 	startAgent(t, s.URL, secret, agentOpts{id: "survivor", labels: "doomed", maxJobs: 2})
-	waitFor(t, 10*time.Second, "the survivor to connect", func() (bool, string) {
+	waittest.UntilState(t, 10*time.Second, "the survivor to connect", func() (bool, string) {
 		return agentState(t, s.Client, "survivor") == api.AgentConnected, agentState(t, s.Client, "survivor")
 	})
 	for time.Since(lostAt) < s.Config.Agents.RecoveryWindow*2/3 {
@@ -264,7 +265,7 @@ func agentByID(t testing.TB, c *api.Client, id string) (api.Agent, bool) {
 func waitConnected(t testing.TB, c *api.Client, id string) api.Agent {
 	t.Helper()
 	var a api.Agent
-	waitFor(t, 30*time.Second, "agent "+id+" to be connected", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "agent "+id+" to be connected", func() (bool, string) {
 		var ok bool
 		a, ok = agentByID(t, c, id)
 		return ok && a.Connected, fmt.Sprintf("%+v", a)
@@ -275,7 +276,7 @@ func waitConnected(t testing.TB, c *api.Client, id string) api.Agent {
 // waitLog waits until a process has written want.
 func waitLog(t testing.TB, p *proc, want string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, p.name+" to log "+want, func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, p.name+" to log "+want, func() (bool, string) {
 		return strings.Contains(p.log.String(), want), tail(p.log.String(), 5)
 	})
 }
@@ -339,7 +340,7 @@ jobs:
 	}
 	// Once the id is free, another token may take it.
 	startAgent(t, s.URL, secretB, agentOpts{id: "twin", labels: "twin"})
-	waitFor(t, 30*time.Second, "twin to be connected with token b", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "twin to be connected with token b", func() (bool, string) {
 		a, _ := agentByID(t, s.Client, "twin")
 		return a.Connected && a.TokenID == tokenB, fmt.Sprintf("%+v", a)
 	})
@@ -372,7 +373,7 @@ jobs:
 	agent.signal(t, syscall.SIGSTOP)
 
 	sawUnhealthy := false
-	waitFor(t, 30*time.Second, "the silent agent to be dropped", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the silent agent to be dropped", func() (bool, string) {
 		// The job is read before the agent: if the agent is still only
 		// unhealthy afterwards, it was when the job was read.
 		j := mustJob(t, getRun(t, s.Client, run.ID), "slow")
@@ -434,7 +435,7 @@ jobs:
 		t.Fatal("no local agent process found")
 	}
 	s.stop()
-	waitFor(t, 30*time.Second, "the local agent process to stop with the server", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the local agent process to stop with the server", func() (bool, string) {
 		return !localAgentRunning(s.Config.DataDir), ""
 	})
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/kilnci/kiln/internal/api/apitest"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/forge/forgetest"
-	"github.com/kilnci/kiln/internal/store"
 )
 
 // gitHTTP serves the bare repositories under root over git's smart HTTP
@@ -88,7 +87,7 @@ jobs:
 	gh.Token = ghAPIToken
 	gh.SetFiles(ghRepo, sha, "master", map[string]string{workflow("ci"): wf})
 	s := startServer(t)
-	src := forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+	src := forge.Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
 		APIBase: gh.URL, WebBase: gitSrv.URL, Token: ghAPIToken, WebhookSecret: ghSecret}}
 	if _, err := s.Client.AddSource(bg, src); err != nil {
 		t.Fatal(err)
@@ -106,7 +105,7 @@ jobs:
 	body, _ := json.Marshal(p)
 	g := &ghServer{kilnServer: s, gh: gh, webhook: s.URL + "/webhook/github/gh"}
 	d := waitDelivery(t, s.Client, g.deliver(t, "push", "clone-1", body))
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
 		t.Fatalf("delivery: %s", describeDelivery(d))
 	}
 	run := waitRun(t, s.Client, d.Runs[0].ID, time.Minute)

@@ -17,6 +17,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // cliResult is what one kiln command printed and how it exited.
@@ -58,10 +59,9 @@ func kilnCmd(t testing.TB, dir string, env []string, args ...string) cliResult {
 // operator runs kiln commands against a server the way an operator does:
 // KILN_SERVER and KILN_TOKEN in the environment.
 type operator struct {
-	t     testing.TB
-	env   []string
-	dir   string
-	steps []string
+	t   testing.TB
+	env []string
+	dir string
 }
 
 func newOperator(t testing.TB, url, token string) *operator {
@@ -182,7 +182,7 @@ jobs:
 		t.Fatalf("trigger: %s", res)
 	}
 	follow := startProc(t, "kiln-logs-follow", append(baseEnv(t), o.env...), "logs", "1", "build", "--follow")
-	waitFor(t, 30*time.Second, "logs --follow to print the first line", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "logs --follow to print the first line", func() (bool, string) {
 		return strings.Contains(follow.log.String(), "compiling"), follow.log.String()
 	})
 	if strings.Contains(follow.log.String(), "compiled") || follow.exited() {
@@ -337,7 +337,7 @@ jobs:
 	sha := work.commit(t, "change", map[string]string{"main.go": "package main\n"})
 	apitest.Git(t, work.dir, "push", "-q", "origin", "main")
 	var run api.Run
-	waitFor(t, 30*time.Second, "the push to start a run", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the push to start a run", func() (bool, string) {
 		l, err := s.Client.ListRuns(bg, api.RunFilter{})
 		if err != nil || len(l.Runs) < 2 {
 			return false, fmt.Sprint(l.Runs, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/server"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // heldWorkflow is a job that holds its agent until it is lost (and fails
@@ -52,7 +53,7 @@ func rawHolder(t testing.TB, s *kilnServer, secret string, start bool) (*rawAgen
 // waitStep waits until the held step runs (its pid file is written).
 func waitStep(t testing.TB, pids string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "the held step to run", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the held step to run", func() (bool, string) {
 		return readPids(t, pids)["held"] != 0, ""
 	})
 }
@@ -136,7 +137,7 @@ func TestEveryDisconnectPathReleasesWhatWaitsOnTheFailedJob(t *testing.T) {
 			why := p.lose(t, s, run.ID, pids, secret, tokenID)
 
 			if p.stepsDie {
-				waitFor(t, 10*time.Second, "the lost agent's step to be gone", func() (bool, string) {
+				waittest.UntilState(t, 10*time.Second, "the lost agent's step to be gone", func() (bool, string) {
 					pid := readPids(t, pids)["held"]
 					return pid != 0 && !alive(pid), fmt.Sprint("pid ", pid)
 				})

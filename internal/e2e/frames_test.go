@@ -16,6 +16,7 @@ import (
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/server"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // rawAgent is a hand-driven agent connection: the test writes frames,
@@ -323,7 +324,7 @@ jobs:
 	if j := mustJob(t, getRun(t, s.Client, run.ID), "steady"); j.Status != kiln.JobRunning || j.Dispatches != 1 || j.AgentID != "steady" {
 		t.Fatalf("the steady job changed: %+v", j)
 	}
-	waitFor(t, 30*time.Second, "every stranger's connection to be gone", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "every stranger's connection to be gone", func() (bool, string) {
 		agents, err := s.Client.Agents(bg)
 		if err != nil {
 			return false, err.Error()

@@ -20,8 +20,8 @@ import (
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/forge/forgetest"
 	"github.com/kilnci/kiln/internal/server"
-	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // GitHub's example payloads (internal/trigger/testdata/github, from
@@ -86,13 +86,13 @@ func acceptedDelivery(t testing.TB, code int, out map[string]any) int64 {
 func waitDelivery(t testing.TB, c *api.Client, id int64) api.Delivery {
 	t.Helper()
 	var d api.Delivery
-	waitFor(t, 30*time.Second, fmt.Sprintf("event %d to be processed", id), func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, fmt.Sprintf("event %d to be processed", id), func() (bool, string) {
 		var err error
 		d, err = c.Event(bg, id)
 		if err != nil {
 			return false, err.Error()
 		}
-		return d.Status != store.DeliveryReceived, fmt.Sprintf("%s %s", d.Status, d.Message)
+		return d.Status != kiln.DeliveryReceived, fmt.Sprintf("%s %s", d.Status, d.Message)
 	})
 	return d
 }
@@ -153,7 +153,7 @@ func startGitHubServer(t *testing.T, dbURL string) *ghServer {
 	gh.SetFiles(ghRepo, ghPushSHA, "master", files)
 	gh.SetFiles(ghRepo, ghPRHead, "", files)
 	s := startServer(t, func(c *server.Config) { c.Database = dbURL })
-	src := forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+	src := forge.Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
 		APIBase: gh.URL, Token: ghAPIToken, WebhookSecret: ghSecret}}
 	if _, err := s.Client.AddSource(bg, src); err != nil {
 		t.Fatalf("add the github source: %v", err)
@@ -233,7 +233,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 	c := g.Client
 	push := ghPayload(t, "push.with-new-branch.payload.json")
 	d := waitDelivery(t, c, g.deliver(t, "push", "push-1", push))
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 2 || d.Source != "gh" || d.Kind != "github" {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 2 || d.Source != "gh" || d.Kind != "github" {
 		t.Fatalf("push delivery: %s", describeDelivery(d))
 	}
 	runs := map[string]api.Run{}
@@ -248,7 +248,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 	}
 	// Both runs are pending on GitHub before they finish.
 	for _, wf := range []string{"ci", "fails"} {
-		waitFor(t, 30*time.Second, "a pending status for kiln/"+wf, func() (bool, string) {
+		waittest.UntilState(t, 30*time.Second, "a pending status for kiln/"+wf, func() (bool, string) {
 			sts := g.statusesOf(ghPushSHA, "kiln/"+wf)
 			return len(sts) > 0, fmt.Sprint(g.gh.Statuses())
 		})
@@ -284,7 +284,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 		state string
 	}{{ci, "success"}, {fails, "failure"}} {
 		ctx := "kiln/" + want.run.Workflow
-		waitFor(t, 30*time.Second, ctx+" to be "+want.state, func() (bool, string) {
+		waittest.UntilState(t, 30*time.Second, ctx+" to be "+want.state, func() (bool, string) {
 			sts := g.statusesOf(ghPushSHA, ctx)
 			return len(sts) > 0 && sts[len(sts)-1].State == want.state, fmt.Sprint(sts)
 		})
@@ -302,7 +302,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 
 	// A pull request opened against master runs ci on its head commit.
 	d = waitDelivery(t, c, g.deliver(t, "pull_request", "pr-1", ghPayload(t, "pull_request.opened.payload.json")))
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
 		t.Fatalf("pull request delivery: %s", describeDelivery(d))
 	}
 	pr := waitRun(t, c, d.Runs[0].ID, time.Minute)
@@ -316,14 +316,14 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 	// GitHub's example tag push is a deletion: it starts nothing.
 	tagDeletion := ghPayload(t, "push.payload.json")
 	d = waitDelivery(t, c, g.deliver(t, "push", "tag-del", tagDeletion))
-	if d.Status != store.DeliveryIgnored || len(d.Runs) != 0 {
+	if d.Status != kiln.DeliveryIgnored || len(d.Runs) != 0 {
 		t.Fatalf("tag deletion: %s", describeDelivery(d))
 	}
 	// The same push creating the tag (GitHub's fields for a created ref)
 	// runs ci through its tag trigger.
 	tagPush := createdTag(t, tagDeletion)
 	d = waitDelivery(t, c, g.deliver(t, "push", "tag-new", tagPush))
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
 		t.Fatalf("tag push: %s", describeDelivery(d))
 	}
 	tag := waitRun(t, c, d.Runs[0].ID, time.Minute)

@@ -15,6 +15,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/server"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 var bg = context.Background()
@@ -127,7 +128,7 @@ func getRun(t testing.TB, c *api.Client, ref string) api.Run {
 func waitRun(t testing.TB, c *api.Client, ref string, d time.Duration) api.Run {
 	t.Helper()
 	var run api.Run
-	waitFor(t, d, "run "+ref+" to finish", func() (bool, string) {
+	waittest.UntilState(t, d, "run "+ref+" to finish", func() (bool, string) {
 		r, err := c.GetRun(bg, ref)
 		if err != nil {
 			return false, err.Error()
@@ -142,7 +143,7 @@ func waitRun(t testing.TB, c *api.Client, ref string, d time.Duration) api.Run {
 func waitJob(t testing.TB, c *api.Client, runRef, name string, d time.Duration, what string, cond func(api.Job) bool) api.Job {
 	t.Helper()
 	var job api.Job
-	waitFor(t, d, fmt.Sprintf("job %s of run %s: %s", name, runRef, what), func() (bool, string) {
+	waittest.UntilState(t, d, fmt.Sprintf("job %s of run %s: %s", name, runRef, what), func() (bool, string) {
 		r, err := c.GetRun(bg, runRef)
 		if err != nil {
 			return false, err.Error()

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
@@ -34,7 +36,16 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: build the kiln binary:", err)
 		return 1
 	}
-	return storetest.Main(m)
+	code := storetest.Main(m)
+	if code == 0 {
+		// The in-process servers (server.Run) and clients of the tests
+		// must all have ended.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: goroutines left after the tests:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // buildKiln builds ./cmd/kiln of this module into dir, with the race
@@ -64,21 +75,3 @@ func buildKiln(dir string) (string, error) {
 
 // poll is how often the tests look again at what they wait for.
 const poll = 50 * time.Millisecond
-
-// waitFor polls cond until it holds, failing the test with what and the
-// last state cond described once d has passed. Tests wait on processes
-// running on the real clock, so they poll rather than sleep.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last: %s", d, what, state)
-		}
-		time.Sleep(poll)
-	}
-}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // proc is a kiln process the test started. It is killed when the test
@@ -228,7 +229,7 @@ func (s *serverProc) start(t testing.TB) {
 	}()
 	t.Cleanup(p.kill)
 	s.proc = p
-	waitFor(t, 30*time.Second, "kiln server to answer /health", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "kiln server to answer /health", func() (bool, string) {
 		if p.exited() {
 			t.Fatalf("kiln server exited: %v\n%s", p.err, tail(p.log.String(), 30))
 		}

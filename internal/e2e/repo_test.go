@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
 	"github.com/kilnci/kiln/internal/forge"
-	"github.com/kilnci/kiln/internal/store"
 )
 
 // repo is a real git repository on main.
@@ -56,7 +56,7 @@ func workflow(name string) string { return ".kiln/workflows/" + name + ".yml" }
 // addLocalSource configures dir as the local source name.
 func addLocalSource(t testing.TB, c *api.Client, name, dir string) {
 	t.Helper()
-	src := forge.Source{Name: name, Kind: forge.KindLocal, Local: &forge.LocalConfig{Path: dir}}
+	src := forge.Source{Name: name, Kind: kiln.SourceLocal, Local: &forge.LocalConfig{Path: dir}}
 	if _, err := c.AddSource(bg, src); err != nil {
 		t.Fatalf("add source %s: %v", name, err)
 	}
@@ -70,7 +70,7 @@ func triggerOne(t testing.TB, c *api.Client, source string) api.Run {
 	if err != nil {
 		t.Fatalf("trigger %s: %v", source, err)
 	}
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
 		t.Fatalf("trigger %s: %s (%s), runs %v", source, d.Status, d.Message, d.Runs)
 	}
 	return getRun(t, c, d.Runs[0].ID)

@@ -15,8 +15,8 @@ import (
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/forge/forgetest"
-	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // procClient is an API client of a server process with its admin token.
@@ -65,7 +65,7 @@ jobs:
 	agent := startAgent(t, srv.URL, secret, agentOpts{id: "printer"})
 
 	run := triggerOne(t, c, "app")
-	waitFor(t, time.Minute, "a quarter of the lines to be stored", func() (bool, string) {
+	waittest.UntilState(t, time.Minute, "a quarter of the lines to be stored", func() (bool, string) {
 		var last uint64
 		err := c.Logs(bg, run.ID, api.LogQuery{Job: "count", Step: intp(0), Limit: 100000}, func(l api.LogLine) error {
 			last = l.Seq
@@ -143,7 +143,7 @@ jobs:
 	gated := newGatedAPI(t, gh)
 	srv := startServerProc(t, t.TempDir(), 0, "--set", "webhooks.claim_lease=2s")
 	c := procClient(t, srv)
-	src := forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+	src := forge.Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
 		APIBase: gated.URL, Token: ghAPIToken, WebhookSecret: ghSecret}}
 	if _, err := c.AddSource(bg, src); err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ jobs:
 	srv.restart(t)
 
 	d := waitDelivery(t, c, id)
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 || d.ProcessedAt == nil || d.ProcessedAt.Before(restarted) {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 || d.ProcessedAt == nil || d.ProcessedAt.Before(restarted) {
 		t.Fatalf("delivery after the restart: %s", describeDelivery(d))
 	}
 	run := waitRun(t, c, d.Runs[0].ID, time.Minute)

@@ -12,7 +12,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/server"
-	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // stubbornStep records its pid as name in pids, notes a SIGTERM in
@@ -61,7 +61,7 @@ jobs:
 	run := triggerOne(t, s.Client, "app")
 	// One of one and two runs; the other waits for the agent.
 	var running, waiting string
-	waitFor(t, 30*time.Second, "one job to run its step", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "one job to run its step", func() (bool, string) {
 		p := readPids(t, pids)
 		for _, name := range []string{"one", "two"} {
 			if p[name] != 0 {
@@ -79,7 +79,7 @@ jobs:
 	if err != nil || res.Forced || res.Run.Status != kiln.RunCancelling {
 		t.Fatalf("first cancel: %+v %v", res, err)
 	}
-	waitFor(t, 10*time.Second, "the running step to get SIGTERM", func() (bool, string) {
+	waittest.UntilState(t, 10*time.Second, "the running step to get SIGTERM", func() (bool, string) {
 		return exists(filepath.Join(pids, running+".term")), ""
 	})
 	r := getRun(t, s.Client, run.ID)
@@ -94,7 +94,7 @@ jobs:
 	if err != nil || !res.Forced {
 		t.Fatalf("second cancel: %+v %v", res, err)
 	}
-	waitFor(t, 10*time.Second, "the stubborn step to be killed", func() (bool, string) {
+	waittest.UntilState(t, 10*time.Second, "the stubborn step to be killed", func() (bool, string) {
 		return !alive(readPids(t, pids)[running]), ""
 	})
 	run = waitRun(t, s.Client, run.ID, 30*time.Second)
@@ -220,7 +220,7 @@ jobs:
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	startAgent(t, s.URL, secret, agentOpts{id: "talker"})
 	run := triggerOne(t, s.Client, "app")
-	waitFor(t, 30*time.Second, "the first lines while the step runs", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the first lines while the step runs", func() (bool, string) {
 		got := texts(logLines(t, s.Client, run.ID, "live", intp(0)))
 		return slices.Equal(got, []string{"before 1", "before 2", "before 3"}), fmt.Sprint(got)
 	})
@@ -299,7 +299,7 @@ jobs:
 
 	d, err := s.Client.Dispatch(bg, api.DispatchRequest{Source: "app", Workflow: "deploy.yml",
 		Inputs: map[string]any{"target": "production", "dry_run": "false", "replicas": 3}}, true)
-	if err != nil || d.Status != store.DeliveryProcessed || len(d.Runs) != 1 {
+	if err != nil || d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
 		t.Fatalf("dispatch: %s %v", describeDelivery(d), err)
 	}
 	run := waitRun(t, s.Client, d.Runs[0].ID, time.Minute)
@@ -317,7 +317,7 @@ jobs:
 		if err != nil {
 			t.Fatalf("dispatch %v: %v", bad, err)
 		}
-		if d.Status != store.DeliveryFailed || len(d.Runs) != 0 || d.Message == "" {
+		if d.Status != kiln.DeliveryFailed || len(d.Runs) != 0 || d.Message == "" {
 			t.Fatalf("dispatch %v: %s", bad, describeDelivery(d))
 		}
 		for k := range bad {
@@ -355,7 +355,7 @@ jobs:
 	created := time.Now()
 	// While it waits, it says why.
 	var reasons []string
-	waitFor(t, 30*time.Second, "train to wait saying which labels no agent has", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "train to wait saying which labels no agent has", func() (bool, string) {
 		j := mustJob(t, getRun(t, s.Client, run.ID), "train")
 		if j.PendingReason != "" && !slices.Contains(reasons, j.PendingReason) {
 			reasons = append(reasons, j.PendingReason)
@@ -396,7 +396,7 @@ jobs:
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	startAgent(t, s.URL, secret, agentOpts{id: "patient"})
 	run := triggerOne(t, s.Client, "app")
-	waitFor(t, 30*time.Second, "the slow step to start", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the slow step to start", func() (bool, string) {
 		return readPids(t, pids)["slow"] != 0, describeRun(getRun(t, s.Client, run.ID))
 	})
 	run = waitRun(t, s.Client, run.ID, time.Minute)
@@ -406,7 +406,7 @@ jobs:
 	if run.FinishedAt.Sub(*run.StartedAt) > 30*time.Second {
 		t.Fatalf("the run took %s", run.FinishedAt.Sub(*run.StartedAt))
 	}
-	waitFor(t, 30*time.Second, "the slow step to be stopped", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the slow step to be stopped", func() (bool, string) {
 		return !alive(readPids(t, pids)["slow"]), ""
 	})
 	if readPids(t, pids)["after"] != 0 {

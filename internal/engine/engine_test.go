@@ -3,12 +3,13 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/jobspec"
@@ -19,7 +20,7 @@ import (
 	"github.com/kilnci/kiln/internal/workflow"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // recorder is the engine's Dispatcher in tests: it records what the engine
 // asked the fleet to do.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // newRepo makes a repository with two commits on main and returns its
@@ -307,7 +308,7 @@ func TestCancelDuringCheckout(t *testing.T) {
 		Checkout: &Checkout{URL: srv.URL + "/git/repo/.git", SHA: first, Auth: &GitAuth{Password: "p"}},
 		Steps:    []Step{{Run: "true"}, {If: "cancelled()", Run: "echo after cancel"}},
 	}, rec)
-	waitFor(t, "git to reach the server", 10*time.Second, func() bool {
+	waittest.Until(t, 10*time.Second, "git to reach the server", func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return len(srv.requests) > 0

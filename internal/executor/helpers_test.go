@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // agentHelperEnv makes the test binary act as a stand-in agent: it runs
@@ -26,7 +29,7 @@ func TestMain(m *testing.M) {
 		runAgentHelper(path)
 		return
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func runAgentHelper(path string) {
@@ -145,18 +148,6 @@ func (r *recorder) stepEvents(step int) []StepEvent {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // runJob runs a job to its end.
 func runJob(t testing.TB, x *Executor, job *Job) (Result, *recorder) {
 	t.Helper()
@@ -218,7 +209,7 @@ func alive(pid int, marker string) bool {
 // waitAllGone polls /proc until none of the pids is alive.
 func waitAllGone(t testing.TB, pids []int, marker string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("pids %v to be gone", pids), 10*time.Second, func() bool {
+	waittest.Until(t, 10*time.Second, fmt.Sprintf("pids %v to be gone", pids), func() bool {
 		for _, pid := range pids {
 			if alive(pid, marker) {
 				return false

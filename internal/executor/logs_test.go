@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // checkSeq asserts a step's lines are numbered 1, 2, 3 … with no gap.
@@ -66,7 +68,7 @@ func TestLogBatching(t *testing.T) {
 	e := x.Start(t.Context(), &Job{JobID: "j", JobEnv: map[string]string{"GATE": gate}, Steps: []Step{
 		{Run: `i=0; while [ $i -lt 120 ]; do echo "line $i"; i=$((i+1)); done; sleep 0.3; echo alone; while [ ! -e "$GATE" ]; do sleep 0.01; done; echo last`},
 	}}, rec2)
-	waitFor(t, "the lone line", 10*time.Second, func() bool { return strings.Contains(rec2.text(0), "alone\n") })
+	waittest.Until(t, 10*time.Second, "the lone line", func() bool { return strings.Contains(rec2.text(0), "alone\n") })
 	writeFile(t, gate, "")
 	e.Wait()
 	rec2.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // spawnScript starts every kind of process a step can leave behind and
@@ -65,7 +66,7 @@ func TestCancelKillsStepAndAllItsChildren(t *testing.T) {
 				{Name: "after", Run: "echo must not run"},
 				{Name: "cleanup", If: "always()", Run: "echo cleanup ran"},
 			}}, rec)
-			waitFor(t, "the step to be ready", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "ready") })
+			waittest.Until(t, 10*time.Second, "the step to be ready", func() bool { return strings.Contains(rec.text(0), "ready") })
 			e.Cancel(force)
 			res := e.Wait()
 			if res.Status != kiln.JobCancelled {
@@ -95,7 +96,7 @@ func TestGracefulCancelLetsTrapRun(t *testing.T) {
 	e := x.Start(context.Background(), &Job{JobID: "j", Steps: []Step{{
 		Run: "trap 'echo trapped; sleep 0.2; echo trap done; exit 7' TERM\necho ready\nsleep 60 & wait",
 	}}}, rec)
-	waitFor(t, "ready", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "ready") })
+	waittest.Until(t, 10*time.Second, "ready", func() bool { return strings.Contains(rec.text(0), "ready") })
 	start := time.Now()
 	e.Cancel(false)
 	res := e.Wait()
@@ -119,7 +120,7 @@ func TestForcedCancelKillsTermTrapper(t *testing.T) {
 	e := x.Start(context.Background(), &Job{JobID: "j", Steps: []Step{{
 		Run: "trap 'echo trapped; sleep 60' TERM\necho ready\nwhile :; do sleep 0.05; done",
 	}}}, rec)
-	waitFor(t, "ready", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "ready") })
+	waittest.Until(t, 10*time.Second, "ready", func() bool { return strings.Contains(rec.text(0), "ready") })
 	start := time.Now()
 	e.Cancel(true)
 	res := e.Wait()
@@ -142,9 +143,9 @@ func TestGracefulThenForcedCancel(t *testing.T) {
 	e := x.Start(context.Background(), &Job{JobID: "j", Steps: []Step{{
 		Run: "trap 'echo trapped' TERM\necho ready\nwhile :; do sleep 0.05; done",
 	}}}, rec)
-	waitFor(t, "ready", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "ready") })
+	waittest.Until(t, 10*time.Second, "ready", func() bool { return strings.Contains(rec.text(0), "ready") })
 	e.Cancel(false)
-	waitFor(t, "the trap", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "trapped") })
+	waittest.Until(t, 10*time.Second, "the trap", func() bool { return strings.Contains(rec.text(0), "trapped") })
 	e.Cancel(true)
 	res := e.Wait()
 	wantStatuses(t, res, cancelled)
@@ -159,7 +160,7 @@ func TestContextCancelIsForced(t *testing.T) {
 		{Run: "trap '' TERM; echo ready; sleep 60"},
 		{If: "always()", Run: "echo no"},
 	}}, rec)
-	waitFor(t, "ready", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "ready") })
+	waittest.Until(t, 10*time.Second, "ready", func() bool { return strings.Contains(rec.text(0), "ready") })
 	cancel()
 	res := e.Wait()
 	wantStatuses(t, res, cancelled, skipped)
@@ -181,7 +182,7 @@ func TestCancelBetweenStepsRunsOnlyCancelAwareSteps(t *testing.T) {
 		{If: "always()", Run: "echo always"},
 		{If: "success()", Run: "echo on success"},
 	}}, rec)
-	waitFor(t, "ready", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "ready") })
+	waittest.Until(t, 10*time.Second, "ready", func() bool { return strings.Contains(rec.text(0), "ready") })
 	e.Cancel(false)
 	res := e.Wait()
 	wantStatuses(t, res, cancelled, skipped, success, skipped, success, skipped)
@@ -265,7 +266,7 @@ func TestCancelDuringRetryWait(t *testing.T) {
 	e := x.Start(context.Background(), &Job{JobID: "j", Steps: []Step{
 		{Run: "exit 1", Retry: Retry{MaxAttempts: 3, Delay: time.Minute}},
 	}}, rec)
-	waitFor(t, "the retry notice", 10*time.Second, func() bool { return strings.Contains(rec.text(0), "retrying") })
+	waittest.Until(t, 10*time.Second, "the retry notice", func() bool { return strings.Contains(rec.text(0), "retrying") })
 	e.Cancel(false)
 	res := e.Wait()
 	wantStatuses(t, res, cancelled)
@@ -292,7 +293,7 @@ func TestAgentDeathKillsSteps(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the step to be ready", 20*time.Second, func() bool {
+	waittest.Until(t, 20*time.Second, "the step to be ready", func() bool {
 		_, err := os.Stat(pidFile + ".ready")
 		return err == nil
 	})

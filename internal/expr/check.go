@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kilnci/kiln/internal/suggest"
 )
 
 // Scope is what may be used at one location of a workflow file.
@@ -91,7 +93,7 @@ func (c *checker) context(n *ctxNode) Type {
 	} else {
 		msg += "available: " + strings.Join(names, ", ")
 	}
-	if s := closest(n.name, names); s != "" {
+	if s := suggest.Closest(n.name, names); s != "" {
 		msg += "; did you mean " + strconv.Quote(s) + "?"
 	} else if f := lookupFunc(n.name); f != nil {
 		msg += "; did you mean " + f.name + "()?"
@@ -126,7 +128,7 @@ func (c *checker) property(t Type, name, path string, pos int) Type {
 		}
 		fields := t.fieldNames()
 		msg := path + " has no field " + strconv.Quote(name)
-		if s := closest(name, fields); s != "" {
+		if s := suggest.Closest(name, fields); s != "" {
 			msg += "; did you mean " + strconv.Quote(s) + "?"
 		} else if len(fields) > 0 {
 			msg += "; its fields are " + strings.Join(fields, ", ")
@@ -186,7 +188,7 @@ func (c *checker) call(n *callNode) Type {
 		}
 		slices.Sort(names)
 		msg := "unknown function " + strconv.Quote(n.name)
-		if s := closest(n.name, names); s != "" {
+		if s := suggest.Closest(n.name, names); s != "" {
 			msg += "; did you mean " + s + "()?"
 		} else {
 			msg += "; the functions are " + strings.Join(names, ", ")

@@ -177,22 +177,3 @@ func TestTypeString(t *testing.T) {
 		t.Error("scalar types do not compare as expected")
 	}
 }
-
-func TestClosest(t *testing.T) {
-	cases := []struct {
-		name string
-		cand []string
-		want string
-	}{
-		{"brnch", []string{"base_branch", "branch"}, "branch"},
-		{"BRANCH", []string{"branch"}, "branch"},
-		{"x", []string{"y", "xy"}, "y"},
-		{"zzzzzz", []string{"number", "title"}, ""},
-		{strings.Repeat("a", 100), []string{strings.Repeat("a", 99)}, ""},
-	}
-	for _, c := range cases {
-		if got := closest(c.name, c.cand); got != c.want {
-			t.Errorf("closest(%q) = %q, want %q", c.name, got, c.want)
-		}
-	}
-}

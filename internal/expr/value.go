@@ -170,10 +170,7 @@ func ToString(v any) string {
 	return string(b)
 }
 
-var (
-	errTooLong = errors.New("too long")
-	errTooDeep = errors.New("too deep")
-)
+var errTooLong = errors.New("too long")
 
 // maxValueDepth bounds how deeply nested a context value may be rendered or
 // compared; JSON-decoded contexts are far shallower.

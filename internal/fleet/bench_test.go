@@ -23,6 +23,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // Benchmarks of the fleet against the targets in PRODUCT.md:
@@ -370,7 +371,7 @@ func BenchmarkIdleAgents(b *testing.B) {
 		if strings.TrimSpace(line) != "ready" {
 			b.Fatalf("the child said %q", line)
 		}
-		eventually(b, "every agent is registered", func() bool {
+		waittest.Until(b, waittest.Timeout, "every agent is registered", func() bool {
 			_, agents := h.f.reg.counts()
 			return agents == n
 		})
@@ -395,7 +396,7 @@ func BenchmarkIdleAgents(b *testing.B) {
 
 		stdin.Close()
 		_ = child.Wait()
-		eventually(b, "every agent is gone", func() bool {
+		waittest.Until(b, waittest.Timeout, "every agent is gone", func() bool {
 			conns, _ := h.f.reg.counts()
 			return conns == 0
 		})

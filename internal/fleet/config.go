@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,39 +89,22 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	set := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	set(&c.AuthTimeout, proto.DefaultAuthTimeout)
-	set(&c.RegisterTimeout, proto.DefaultRegisterTimeout)
-	set(&c.HeartbeatInterval, proto.DefaultHeartbeatInterval)
-	set(&c.JobHeartbeatInterval, proto.DefaultJobHeartbeatInterval)
-	set(&c.UnhealthyAfter, proto.DefaultUnhealthyAfter)
-	set(&c.DropAfter, proto.DefaultDropAfter)
-	set(&c.SweepInterval, DefaultSweepInterval)
-	set(&c.RedriveInterval, DefaultRedriveInterval)
-	set(&c.WriteTimeout, DefaultWriteTimeout)
-	set(&c.RateLimitGrace, DefaultRateLimitGrace)
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = proto.MaxFrameBytes
-	}
-	if c.MessagesPerSecond == 0 {
-		c.MessagesPerSecond = DefaultMessagesPerSecond
-	}
-	if c.MessageBurst == 0 {
-		c.MessageBurst = DefaultMessageBurst
-	}
-	if c.BytesPerSecond == 0 {
-		c.BytesPerSecond = DefaultBytesPerSecond
-	}
-	if c.ByteBurst == 0 {
-		c.ByteBurst = DefaultByteBurst
-	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = DefaultMaxBatch
-	}
+	c.AuthTimeout = cmp.Or(c.AuthTimeout, proto.DefaultAuthTimeout)
+	c.RegisterTimeout = cmp.Or(c.RegisterTimeout, proto.DefaultRegisterTimeout)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, proto.DefaultHeartbeatInterval)
+	c.JobHeartbeatInterval = cmp.Or(c.JobHeartbeatInterval, proto.DefaultJobHeartbeatInterval)
+	c.UnhealthyAfter = cmp.Or(c.UnhealthyAfter, proto.DefaultUnhealthyAfter)
+	c.DropAfter = cmp.Or(c.DropAfter, proto.DefaultDropAfter)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	c.RedriveInterval = cmp.Or(c.RedriveInterval, DefaultRedriveInterval)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.RateLimitGrace = cmp.Or(c.RateLimitGrace, DefaultRateLimitGrace)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, proto.MaxFrameBytes)
+	c.MessagesPerSecond = cmp.Or(c.MessagesPerSecond, DefaultMessagesPerSecond)
+	c.MessageBurst = cmp.Or(c.MessageBurst, DefaultMessageBurst)
+	c.BytesPerSecond = cmp.Or(c.BytesPerSecond, DefaultBytesPerSecond)
+	c.ByteBurst = cmp.Or(c.ByteBurst, DefaultByteBurst)
+	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}

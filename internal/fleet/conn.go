@@ -48,9 +48,6 @@ type conn struct {
 
 func (c *conn) tokenID() string { return c.token.ID }
 
-// errClosed ends a connection's goroutine when another goroutine closed it.
-var errClosed = errors.New("connection closed")
-
 // bufPool holds frame read buffers, so an idle connection keeps none.
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 

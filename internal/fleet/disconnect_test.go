@@ -11,6 +11,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // B48: every disconnect path — the socket closing, the
@@ -83,14 +84,14 @@ func TestEveryDisconnectPathReleasesWaiters(t *testing.T) {
 			c.send(&proto.JobHeartbeat{JobID: started.JobID, LeaseEpoch: 1})
 			c.send(&proto.Heartbeat{Time: time.Now()}) // ordered after the job heartbeat: once it is read, that one is buffered
 			c.waitAck(c.seq)
-			eventually(t, "the job heartbeat is buffered", func() bool {
+			waittest.Until(t, waittest.Timeout, "the job heartbeat is buffered", func() bool {
 				h.f.hb.mu.Lock()
 				defer h.f.hb.mu.Unlock()
 				return len(h.f.hb.m) == 1
 			})
 
 			p.trigger(c, tk, secret)
-			eventually(t, p.name+" reaches the disconnect function", func() bool {
+			waittest.Until(t, waittest.Timeout, p.name+" reaches the disconnect function", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				_, ok := got[id]

@@ -345,7 +345,9 @@ func (d *dispatcher) claimBatch(ctx context.Context, picks []pick) int {
 			d.deliverAll(ctx, p.a, p.got)
 			continue
 		}
-		go d.deliverAll(ctx, p.a, p.got)
+		if !d.f.goSend(func() { d.deliverAll(ctx, p.a, p.got) }) {
+			d.deliverAll(ctx, p.a, p.got)
+		}
 	}
 	return n
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // A job released while an agent idles is pushed to it at once, and the
@@ -66,7 +67,7 @@ func TestPushDispatchLifecycle(t *testing.T) {
 		}
 		c.runJob(d2, kiln.JobSuccess)
 		h.waitStatus(jobs["deploy"], kiln.JobSuccess)
-		eventually(t, "the run succeeds", func() bool {
+		waittest.Until(t, waittest.Timeout, "the run succeeds", func() bool {
 			r, _ := h.db.Runs().Get(bg, runID)
 			return r.Status == kiln.RunSuccess
 		})
@@ -117,7 +118,7 @@ func TestPendingReasons(t *testing.T) {
 		reason := func(want string) store.Job {
 			t.Helper()
 			var j store.Job
-			eventually(t, "pending reason "+want, func() bool {
+			waittest.Until(t, waittest.Timeout, "pending reason "+want, func() bool {
 				j = h.job(gpu)
 				return strings.Contains(j.PendingReason, want)
 			})
@@ -135,7 +136,7 @@ func TestPendingReasons(t *testing.T) {
 		c2.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
 		_, more := h.run(job("gpu2", "gpu"))
 		var j2 store.Job
-		eventually(t, "busy reason", func() bool {
+		waittest.Until(t, waittest.Timeout, "busy reason", func() bool {
 			j2 = h.job(more["gpu2"])
 			return j2.PendingReason == "the one matching agent is busy"
 		})
@@ -149,7 +150,7 @@ func TestPendingReasons(t *testing.T) {
 			t.Fatal(err)
 		}
 		expect[*proto.Drain](c2)
-		eventually(t, "draining reason", func() bool {
+		waittest.Until(t, waittest.Timeout, "draining reason", func() bool {
 			return h.job(more["gpu2"]).PendingReason == "the one matching agent is draining"
 		})
 	})
@@ -211,7 +212,7 @@ func TestCancel(t *testing.T) {
 		c2, _ := h.connect(secret, reg{id: "b"})
 		c.ws.CloseNow()
 		c2.send(&proto.AgentStatus{Draining: true})
-		eventually(t, "the agent drains", func() bool {
+		waittest.Until(t, waittest.Timeout, "the agent drains", func() bool {
 			as := h.f.reg.get("b")
 			as.mu.Lock()
 			defer as.mu.Unlock()
@@ -267,7 +268,7 @@ func TestCloneCredentials(t *testing.T) {
 	k := job("k", "linux")
 	k.checkout = src
 	_, jobs = h.run(k)
-	eventually(t, "the job fails after its attempts", func() bool {
+	waittest.Until(t, waittest.Timeout, "the job fails after its attempts", func() bool {
 		j := h.job(jobs["k"])
 		return j.Status == kiln.JobFailed && strings.Contains(j.Error, "token service is down") && j.Attempts == store.DefaultMaxAttempts
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // End-to-end tests with the real agent (internal/agent) running real steps
@@ -128,7 +129,7 @@ func TestRealAgentRunsAJob(t *testing.T) {
 		if len(lines) != 1 || lines[0].Text != "oops" || lines[0].Stream != proto.StreamStderr {
 			t.Fatalf("step 1 log %+v", lines)
 		}
-		eventually(t, "the run succeeds", func() bool {
+		waittest.Until(t, waittest.Timeout, "the run succeeds", func() bool {
 			r, _ := h.db.Runs().Get(bg, runID)
 			return r.Status == kiln.RunSuccess
 		})
@@ -150,7 +151,7 @@ func TestRealAgentSurvivesOrchestratorRestart(t *testing.T) {
 	runID, jobID := h1.createRun("count", stepsSpec("count",
 		proto.Step{Name: "count", Run: fmt.Sprintf(`for i in $(seq 1 %d); do echo $i; sleep 0.005; done`, n)}), "", "count")
 	ref := logstore.Ref{RunID: runID, JobID: jobID, Epoch: 1, Step: 0}
-	eventually(t, "the step is half way", func() bool {
+	waittest.Until(t, waittest.Timeout, "the step is half way", func() bool {
 		last, _ := h1.logs.LastSeq(ref)
 		return last >= n/4
 	})
@@ -208,7 +209,7 @@ func TestRealAgentKilledMidStep(t *testing.T) {
 		spec := stepsSpec("tick", proto.Step{Name: "tick",
 			Run: fmt.Sprintf(`for i in $(seq 1 60); do echo "$$ $i" >> %s; echo $i; sleep 0.02; done`, marks)})
 		_, jobID := h.createRun("tick", spec, store.AgentLostRetry, "tick")
-		eventually(t, "the first attempt is ticking", func() bool {
+		waittest.Until(t, waittest.Timeout, "the first attempt is ticking", func() bool {
 			b, _ := os.ReadFile(marks)
 			return strings.Count(string(b), "\n") >= 5
 		})

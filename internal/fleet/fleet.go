@@ -41,6 +41,13 @@ type Fleet struct {
 	handlers  sync.WaitGroup // connection goroutines
 	closers   sync.WaitGroup // close handshakes in flight
 
+	// sends are writes to agents on goroutines of their own (dispatches,
+	// cancels), so that a slow agent holds up no caller; Run waits for
+	// them. sendsClosed, under sendsMu, refuses new ones once it waits.
+	sendsMu     sync.Mutex
+	sendsClosed bool
+	sends       sync.WaitGroup
+
 	lossMu sync.Mutex
 	losses map[string]closeCause
 
@@ -104,7 +111,8 @@ func (f *Fleet) Handler() http.Handler { return http.HandlerFunc(f.serveHTTP) }
 // Run serves until ctx ends: it starts the committer, the dispatcher and the
 // monitor, then accepts agents. When ctx ends it closes every connection
 // with 1001 (going away), leaving the agents' jobs for the next process to
-// recover, and returns once the connections are closed.
+// recover, and returns once every goroutine it started has ended (each
+// waits for at most the websocket library's close handshake timeouts).
 func (f *Fleet) Run(ctx context.Context) error {
 	if !f.state.CompareAndSwap(0, 1) {
 		return errors.New("fleet: Run was called twice")
@@ -138,27 +146,29 @@ func (f *Fleet) Run(ctx context.Context) error {
 	for _, c := range f.reg.allConns() {
 		f.disconnect(c, causeShutdown())
 	}
-	waitFor(&f.handlers, 15*time.Second)
+	f.sendsMu.Lock()
+	f.sendsClosed = true
+	f.sendsMu.Unlock()
+	f.sends.Wait()
+	f.handlers.Wait()
 	f.cm.shutdown()
 	<-cmDone
 	close(f.effects)
-	waitFor(&f.closers, 15*time.Second)
+	f.closers.Wait() // no connection is left to start another
 	return nil
 }
 
-// waitFor waits for wg, at most d.
-func waitFor(wg *sync.WaitGroup, d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+// goSend runs send on a goroutine that Run waits for, and reports false,
+// without running it, once Run has begun waiting: every connection is
+// closed by then, so there is nobody to write to.
+func (f *Fleet) goSend(send func()) bool {
+	f.sendsMu.Lock()
+	defer f.sendsMu.Unlock()
+	if f.sendsClosed {
+		return false
 	}
+	f.sends.Go(send)
+	return true
 }
 
 // Wake offers jobs that entered the queue to idle agents now.
@@ -195,7 +205,7 @@ func (f *Fleet) Cancel(t store.CancelTarget, force bool, reason string) {
 	a.mu.Unlock()
 	// Not on the caller's goroutine: the engine calls Cancel while it
 	// applies effects, and a stuck agent must not hold that up.
-	go func() { _ = a.c.send(m) }()
+	f.goSend(func() { _ = a.c.send(m) })
 }
 
 // Drain asks an agent to finish its jobs and take no new ones.

@@ -17,6 +17,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/jobspec"
@@ -24,6 +26,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 func TestMain(m *testing.M) {
@@ -34,7 +37,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(agentChildEnv) != "" {
 		os.Exit(agentChild())
 	}
-	os.Exit(storetest.Main(m))
+	goleak.VerifyTestMain(storetest.M(m))
 }
 
 var bg = context.Background()
@@ -113,6 +116,7 @@ func backends(t *testing.T, fn func(t *testing.T, backend storetest.Backend)) {
 func start(t testing.TB, b storetest.Backend, o options) *harness {
 	t.Helper()
 	h := &harness{t: t, backend: b.Name, eng: &testEngine{onApply: o.onApply}}
+	before := goleak.IgnoreCurrent()
 	scfg := store.Config{URL: o.dbURL, Releaser: storetest.QueueAsCreated}
 	if scfg.URL == "" {
 		scfg.URL = b.URL(t)
@@ -162,7 +166,7 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 	if o.addr != "" {
 		h.srv.Listener.Close()
 		var l net.Listener
-		eventually(t, "listening on "+o.addr, func() bool {
+		waittest.Until(t, waittest.Timeout, "listening on "+o.addr, func() bool {
 			l, err = net.Listen("tcp", o.addr)
 			return err == nil
 		})
@@ -186,8 +190,16 @@ func start(t testing.TB, b storetest.Backend, o options) *harness {
 			db.Close()
 		})
 	}
-	t.Cleanup(h.stop)
-	eventually(t, "the fleet accepts agents", func() bool { return h.f.accepting.Load() })
+	t.Cleanup(func() {
+		h.stop()
+		// Run returned, so every goroutine the fleet started has ended;
+		// what the test started after the harness (agents, other
+		// harnesses) ended in the cleanups that ran before this one.
+		if err := goleak.Find(before); err != nil {
+			t.Errorf("goroutines left after the fleet stopped: %v", err)
+		}
+	})
+	waittest.Until(t, waittest.Timeout, "the fleet accepts agents", func() bool { return h.f.accepting.Load() })
 	return h
 }
 
@@ -265,7 +277,7 @@ func (h *harness) job(id string) store.Job {
 func (h *harness) waitStatus(id string, want kiln.JobStatus) store.Job {
 	h.t.Helper()
 	var j store.Job
-	eventually(h.t, fmt.Sprintf("job %s %s", id, want), func() bool {
+	waittest.Until(h.t, waittest.Timeout, fmt.Sprintf("job %s %s", id, want), func() bool {
 		j = h.job(id)
 		return j.Status == want
 	})
@@ -299,18 +311,6 @@ func (h *harness) sweeps(n int) {
 	case <-ch:
 	case <-time.After(30 * time.Second):
 		h.t.Fatal("the monitor did not sweep")
-	}
-}
-
-// eventually polls cond until it holds, failing after a deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -462,7 +462,7 @@ func (c *client) closed() (int, string) {
 
 func (c *client) waitAck(seq uint64) {
 	c.t.Helper()
-	eventually(c.t, fmt.Sprintf("ack %d", seq), func() bool { return c.acked.Load() >= seq })
+	waittest.Until(c.t, waittest.Timeout, fmt.Sprintf("ack %d", seq), func() bool { return c.acked.Load() >= seq })
 }
 
 // reg is a registration to send.

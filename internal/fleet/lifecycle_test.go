@@ -9,6 +9,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 func withStore(f func(*store.Config)) func(*store.Config) { return f }
@@ -82,7 +83,7 @@ func TestReject(t *testing.T) {
 		_, jobs := h.run(job("j", "linux"))
 		d := expect[*proto.Dispatch](busy)
 		busy.send(&proto.JobReject{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Reason: proto.RejectBusy, Message: "no room"})
-		eventually(t, "the job is requeued", func() bool {
+		waittest.Until(t, waittest.Timeout, "the job is requeued", func() bool {
 			j := h.job(jobs["j"])
 			return j.Status == kiln.JobQueued && j.Attempts == 1 && strings.Contains(j.Error, "no room")
 		})
@@ -94,7 +95,7 @@ func TestReject(t *testing.T) {
 		}
 		other.runJob(d2, kiln.JobSuccess)
 		other.ws.CloseNow()
-		eventually(t, "the other agent is gone", func() bool { return h.f.reg.get("b-other") == nil })
+		waittest.Until(t, waittest.Timeout, "the other agent is gone", func() bool { return h.f.reg.get("b-other") == nil })
 		h.run(job("k", "linux"))
 		busy.quiet(50 * time.Millisecond)
 		busy.send(&proto.AgentStatus{ActiveJobs: 0})
@@ -125,7 +126,7 @@ func TestHeartbeatMonitorOrdering(t *testing.T) {
 		c.waitAck(c.seq)
 
 		h.advance(4 * time.Second)
-		eventually(t, "the agent is unhealthy", func() bool {
+		waittest.Until(t, waittest.Timeout, "the agent is unhealthy", func() bool {
 			as := h.f.Agents()
 			return len(as) == 1 && !as[0].Healthy
 		})
@@ -210,7 +211,7 @@ func TestRecoveryWindowExpiry(t *testing.T) {
 			}
 			c.waitAck(c.seq)
 			c.ws.CloseNow()
-			eventually(t, "the agent is gone", func() bool { return h.f.reg.get(id) == nil })
+			waittest.Until(t, waittest.Timeout, "the agent is gone", func() bool { return h.f.reg.get(id) == nil })
 		}
 		lose("a", 2)
 		h.waitStatus(jobs["retry"], kiln.JobRecovering)

@@ -43,12 +43,17 @@ func (c *conn) handshake() (closeCause, bool) {
 // register after auth.ok. The deadline is a timer, not the read's context,
 // so that it closes the connection with 4002 rather than cutting it.
 func (c *conn) first(d time.Duration, what string) (proto.Message, closeCause, bool) {
+	fired := make(chan struct{})
 	timer := time.AfterFunc(d, func() {
+		defer close(fired)
 		c.f.disconnect(c, closeCause{kind: what + "_timeout", code: proto.CloseAuthTimeout,
 			reason: fmt.Sprintf("no %s frame within %s", what, d)})
 	})
 	_, m, cause, ok := c.decode()
 	stopped := timer.Stop()
+	if !stopped {
+		<-fired // the timeout's goroutine ends within the connection's
+	}
 	if !ok {
 		return nil, cause, false
 	}

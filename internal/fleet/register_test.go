@@ -12,6 +12,7 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // The handshake's deadlines and refusals, each with its error frame and
@@ -112,7 +113,7 @@ func TestSingleUseTokenConsumedByRegistration(t *testing.T) {
 		_, secret := h.token(store.AgentTokenSpec{SingleUse: true})
 		c, _ := h.connect(secret, reg{id: "eph-1"})
 		c.ws.CloseNow()
-		eventually(t, "the agent is unregistered", func() bool { return h.f.reg.get("eph-1") == nil })
+		waittest.Until(t, waittest.Timeout, "the agent is unregistered", func() bool { return h.f.reg.get("eph-1") == nil })
 		h.connect(secret, reg{id: "eph-1"}) // the same agent back after a blip
 
 		other := dial(t, h.url)
@@ -213,7 +214,7 @@ func TestAgentIDReuseAccepted(t *testing.T) {
 		// After the old connection closed.
 		c, _ := h.connect(tokenA, reg{id: "closed"})
 		c.ws.CloseNow()
-		eventually(t, "the closed agent is gone", func() bool { return h.f.reg.get("closed") == nil })
+		waittest.Until(t, waittest.Timeout, "the closed agent is gone", func() bool { return h.f.reg.get("closed") == nil })
 		h.connect(tokenB, reg{id: "closed"})
 
 		// After its token was revoked.

@@ -63,8 +63,6 @@ type heldJob struct {
 
 type stepLog struct{ first, last uint64 }
 
-func (j *heldJob) lease(id string) store.Lease { return store.Lease{JobID: id, Epoch: j.epoch} }
-
 // freeSlots is how many more jobs the dispatcher may claim for the agent.
 func (a *agent) freeSlots() int {
 	if !a.live.Load() || a.lost.Load() {

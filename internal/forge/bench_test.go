@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/kilnci/kiln"
 )
 
 func BenchmarkVerifyGitHub(b *testing.B) {
@@ -38,7 +40,7 @@ func BenchmarkReceiveGitHub(b *testing.B) {
 		for k, v := range hdr {
 			r.Header.Set(k, v)
 		}
-		if _, err := Receive(r, KindGitHub, ghSource, 0); err != nil {
+		if _, err := Receive(r, kiln.SourceGitHub, ghSource, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,9 +1,12 @@
 package forge
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -31,6 +34,41 @@ type contentEntry struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
 	Size int64  `json:"size"`
+}
+
+// readContentsWorkflows reads the workflow files of repo at sha through the
+// contents API, which GitHub and Gitea share.
+func readContentsWorkflows(ctx context.Context, api *apiClient, maxBytes int64, repo, sha string) ([]WorkflowFile, error) {
+	rp, err := repoPath(repo)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSHA(sha); err != nil {
+		return nil, err
+	}
+	q := url.Values{"ref": {sha}}
+	var raw json.RawMessage
+	_, err = api.do(ctx, request{method: http.MethodGet, path: rp + "/contents/" + WorkflowDir, query: q}, &raw)
+	if kiln.ErrorCode(err) == kiln.CodeNotFound {
+		// No workflow directory, or no repository the token can see:
+		// only the first is "no workflows".
+		return nil, api.checkRepo(ctx, rp)
+	}
+	if err != nil {
+		return nil, err
+	}
+	entries, err := contentListing(raw)
+	if err != nil {
+		return nil, err
+	}
+	return readWorkflows(entries, maxBytes, func(e contentEntry) ([]byte, error) {
+		var f fileContent
+		if _, err := api.do(ctx, request{method: http.MethodGet, path: rp + "/contents/" + escapePath(e.Path), query: q}, &f); err != nil {
+			return nil, err
+		}
+		f.Path = e.Path
+		return decodeContent(f, maxBytes)
+	})
 }
 
 // contentListing decodes a contents answer for the workflow directory: an

@@ -42,7 +42,7 @@ var (
 // Delivery is one verified webhook delivery.
 type Delivery struct {
 	Source string
-	Kind   Kind
+	Kind   kiln.SourceKind
 	// ID is the deduplication key: the forge's delivery id, or for generic
 	// sources X-Delivery-ID, else Idempotency-Key, else a generated id.
 	ID string
@@ -55,11 +55,11 @@ type Delivery struct {
 // Known reports whether kiln acts on the delivery's event.
 func (d *Delivery) Known() bool {
 	switch d.Kind {
-	case KindGitHub:
+	case kiln.SourceGitHub:
 		return slices.Contains(GitHubEvents, d.Event)
-	case KindGitea:
+	case kiln.SourceGitea:
 		return slices.Contains(GiteaEvents, d.Event)
-	case KindGeneric:
+	case kiln.SourceGeneric:
 		return slices.Contains(GenericEvents, d.Event)
 	}
 	return false
@@ -106,11 +106,11 @@ func tooLarge(limit int64) error {
 // stranger nothing before the signature is good: size (413), signature
 // (401), then headers, content type and JSON (400). Every error is a
 // *kiln.Error; a nil error means the body is genuine, JSON, and from src.
-func Receive(r *http.Request, kind Kind, src *Source, limit int64) (*Delivery, error) {
+func Receive(r *http.Request, kind kiln.SourceKind, src *Source, limit int64) (*Delivery, error) {
 	if src == nil || src.Kind != kind {
 		return nil, kiln.Errorf(kiln.CodeNotFound, "there is no %s source by that name", kind)
 	}
-	if kind == KindLocal {
+	if kind == kiln.SourceLocal {
 		return nil, kiln.Errorf(kiln.CodeInvalid, "local sources take no webhooks; use kiln trigger or the post-receive hook")
 	}
 	body, err := ReadBody(r.Body, r.ContentLength, limit)
@@ -127,10 +127,10 @@ func Receive(r *http.Request, kind Kind, src *Source, limit int64) (*Delivery, e
 	if err := checkJSON(r.Header, body); err != nil {
 		return nil, err
 	}
-	if kind == KindGeneric && d.Event == "" {
+	if kind == kiln.SourceGeneric && d.Event == "" {
 		d.Event = genericEventFromBody(body)
 	}
-	if kind == KindGeneric && !d.Known() {
+	if kind == kiln.SourceGeneric && !d.Known() {
 		return nil, kiln.Errorf(kiln.CodeInvalid, "event type %q is not one a generic source takes (push or dispatch)", d.Event)
 	}
 	return d, nil
@@ -138,11 +138,11 @@ func Receive(r *http.Request, kind Kind, src *Source, limit int64) (*Delivery, e
 
 func verify(src *Source, h http.Header, body []byte) error {
 	switch src.Kind {
-	case KindGitHub:
+	case kiln.SourceGitHub:
 		return VerifyGitHub([]byte(src.GitHub.WebhookSecret), body, h.Get(HeaderGitHubSignature))
-	case KindGitea:
+	case kiln.SourceGitea:
 		return VerifyGitea([]byte(src.Gitea.WebhookSecret), body, h)
-	case KindGeneric:
+	case kiln.SourceGeneric:
 		a := src.Generic.Auth
 		switch a.Type {
 		case AuthHMAC:
@@ -167,7 +167,7 @@ var (
 // verifying anything, so the server can name a delivery it rejects in the
 // event log. generated is true when kiln made the id up (a generic sender
 // gave none). Receive calls it after the signature checks out.
-func Identify(kind Kind, h http.Header) (event, id string, generated bool, err error) {
+func Identify(kind kiln.SourceKind, h http.Header) (event, id string, generated bool, err error) {
 	d := &Delivery{Kind: kind}
 	err = identify(d, h)
 	return d.Event, d.ID, d.GeneratedID, err
@@ -176,18 +176,18 @@ func Identify(kind Kind, h http.Header) (event, id string, generated bool, err e
 func identify(d *Delivery, h http.Header) error {
 	var eventHdr, idHdrs = "", []string(nil)
 	switch d.Kind {
-	case KindGitHub:
+	case kiln.SourceGitHub:
 		eventHdr, idHdrs = HeaderGitHubEvent, []string{HeaderGitHubDelivery}
-	case KindGitea:
+	case kiln.SourceGitea:
 		eventHdr, idHdrs = HeaderGiteaEvent, []string{HeaderGiteaDelivery, HeaderForgejoDelivery}
 		if h.Get(eventHdr) == "" {
 			eventHdr = HeaderForgejoEvent
 		}
-	case KindGeneric:
+	case kiln.SourceGeneric:
 		eventHdr, idHdrs = HeaderEventType, []string{HeaderDeliveryID, HeaderIdempotencyKey}
 	}
 	d.Event = h.Get(eventHdr)
-	if d.Event == "" && d.Kind != KindGeneric {
+	if d.Event == "" && d.Kind != kiln.SourceGeneric {
 		return kiln.Errorf(kiln.CodeInvalid, "the %s header is missing", eventHdr)
 	}
 	if d.Event != "" && !eventRE.MatchString(d.Event) {
@@ -202,7 +202,7 @@ func identify(d *Delivery, h http.Header) error {
 			return nil
 		}
 	}
-	if d.Kind != KindGeneric {
+	if d.Kind != kiln.SourceGeneric {
 		return kiln.Errorf(kiln.CodeInvalid, "the %s header is missing", idHdrs[0])
 	}
 	d.ID, d.GeneratedID = newDeliveryID(), true

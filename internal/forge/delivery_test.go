@@ -43,7 +43,7 @@ func webhookServer(t *testing.T, limit int64, sources ...*Source) *httptest.Serv
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhook/{kind}/{source}", func(w http.ResponseWriter, r *http.Request) {
-		d, err := Receive(r, Kind(r.PathValue("kind")), byName[r.PathValue("source")], limit)
+		d, err := Receive(r, kiln.SourceKind(r.PathValue("kind")), byName[r.PathValue("source")], limit)
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
 			w.WriteHeader(httpStatus[kiln.ErrorCode(err)])
@@ -80,13 +80,13 @@ func post(t *testing.T, url string, body []byte, hdr map[string]string) (int, re
 }
 
 var (
-	ghSource = &Source{Name: "gh", Kind: KindGitHub, GitHub: &GitHubConfig{Token: "t", WebhookSecret: string(testSecret)}}
-	gtSource = &Source{Name: "gt", Kind: KindGitea, Gitea: &GiteaConfig{APIBase: "https://gitea.example.com", Token: "t", WebhookSecret: string(testSecret)}}
-	hmSource = &Source{Name: "hm", Kind: KindGeneric, Generic: &GenericConfig{Repository: "acme/app", CloneURL: "https://git.example.com/acme/app.git", DefaultBranch: "main",
+	ghSource = &Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &GitHubConfig{Token: "t", WebhookSecret: string(testSecret)}}
+	gtSource = &Source{Name: "gt", Kind: kiln.SourceGitea, Gitea: &GiteaConfig{APIBase: "https://gitea.example.com", Token: "t", WebhookSecret: string(testSecret)}}
+	hmSource = &Source{Name: "hm", Kind: kiln.SourceGeneric, Generic: &GenericConfig{Repository: "acme/app", CloneURL: "https://git.example.com/acme/app.git", DefaultBranch: "main",
 		Auth: GenericAuth{Type: AuthHMAC, Secret: string(testSecret), Header: "X-Acme-Signature"}}}
-	brSource = &Source{Name: "br", Kind: KindGeneric, Generic: &GenericConfig{Repository: "acme/app", CloneURL: "https://git.example.com/acme/app.git", DefaultBranch: "main",
+	brSource = &Source{Name: "br", Kind: kiln.SourceGeneric, Generic: &GenericConfig{Repository: "acme/app", CloneURL: "https://git.example.com/acme/app.git", DefaultBranch: "main",
 		Auth: GenericAuth{Type: AuthBearer, Token: "bearer-tok"}}}
-	lcSource = &Source{Name: "lc", Kind: KindLocal, Local: &LocalConfig{Path: "/srv/git/app.git"}}
+	lcSource = &Source{Name: "lc", Kind: kiln.SourceLocal, Local: &LocalConfig{Path: "/srv/git/app.git"}}
 )
 
 func ghHeaders(event string, body []byte) map[string]string {
@@ -296,19 +296,19 @@ func TestIdentify(t *testing.T) {
 		}
 		return h
 	}
-	ev, id, gen, err := Identify(KindGitHub, hdr(HeaderGitHubEvent, "push", HeaderGitHubDelivery, "abc"))
+	ev, id, gen, err := Identify(kiln.SourceGitHub, hdr(HeaderGitHubEvent, "push", HeaderGitHubDelivery, "abc"))
 	if ev != "push" || id != "abc" || gen || err != nil {
 		t.Errorf("github: %q %q %v %v", ev, id, gen, err)
 	}
-	ev, id, _, err = Identify(KindGitea, hdr(HeaderForgejoEvent, "pull_request", HeaderForgejoDelivery, "f-1"))
+	ev, id, _, err = Identify(kiln.SourceGitea, hdr(HeaderForgejoEvent, "pull_request", HeaderForgejoDelivery, "f-1"))
 	if ev != "pull_request" || id != "f-1" || err != nil {
 		t.Errorf("forgejo: %q %q %v", ev, id, err)
 	}
-	ev, id, gen, err = Identify(KindGeneric, http.Header{})
+	ev, id, gen, err = Identify(kiln.SourceGeneric, http.Header{})
 	if ev != "" || !gen || !strings.HasPrefix(id, "kiln-") || err != nil {
 		t.Errorf("generic: %q %q %v %v", ev, id, gen, err)
 	}
-	if _, _, _, err := Identify(KindGitHub, hdr(HeaderGitHubEvent, "push")); kiln.ErrorCode(err) != kiln.CodeInvalid {
+	if _, _, _, err := Identify(kiln.SourceGitHub, hdr(HeaderGitHubEvent, "push")); kiln.ErrorCode(err) != kiln.CodeInvalid {
 		t.Errorf("missing delivery: %v", err)
 	}
 }

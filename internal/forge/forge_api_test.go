@@ -33,9 +33,9 @@ var apiForges = []apiForge{{"github", false, "Bearer tok-123"}, {"gitea", true, 
 
 func (a apiForge) source(base string) *Source {
 	if a.gitea {
-		return &Source{Name: "gt", Kind: KindGitea, Gitea: &GiteaConfig{APIBase: base, Token: "tok-123", WebhookSecret: "s"}}
+		return &Source{Name: "gt", Kind: kiln.SourceGitea, Gitea: &GiteaConfig{APIBase: base, Token: "tok-123", WebhookSecret: "s"}}
 	}
-	return &Source{Name: "gh", Kind: KindGitHub, GitHub: &GitHubConfig{APIBase: base, Token: "tok-123", WebhookSecret: "s"}}
+	return &Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &GitHubConfig{APIBase: base, Token: "tok-123", WebhookSecret: "s"}}
 }
 
 // eachForge runs test against a fresh fake GitHub and a fresh fake Gitea.
@@ -356,7 +356,7 @@ func TestGitHubCloneURLs(t *testing.T) {
 		"https://ghe.example.com/api/v3":  "https://ghe.example.com/acme/app.git",
 		"https://ghe.example.com/api/v3/": "https://ghe.example.com/acme/app.git",
 	} {
-		repo, err := NewRepo(&Source{Name: "gh", Kind: KindGitHub, GitHub: &GitHubConfig{APIBase: api, Token: "t", WebhookSecret: "s"}}, Options{})
+		repo, err := NewRepo(&Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &GitHubConfig{APIBase: api, Token: "t", WebhookSecret: "s"}}, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +365,7 @@ func TestGitHubCloneURLs(t *testing.T) {
 			t.Errorf("api %q: clone URL %q, want %q", api, ci.URL, want)
 		}
 	}
-	repo, _ := NewRepo(&Source{Name: "gt", Kind: KindGitea, Gitea: &GiteaConfig{APIBase: "https://git.example.com/api/v1/", Token: "t", WebhookSecret: "s"}}, Options{})
+	repo, _ := NewRepo(&Source{Name: "gt", Kind: kiln.SourceGitea, Gitea: &GiteaConfig{APIBase: "https://git.example.com/api/v1/", Token: "t", WebhookSecret: "s"}}, Options{})
 	if ci, _ := repo.Clone(t.Context(), fakeRepo); ci.URL != "https://git.example.com/acme/app.git" {
 		t.Errorf("gitea clone URL %q", ci.URL)
 	}

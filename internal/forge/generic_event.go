@@ -54,7 +54,7 @@ const (
 // dispatch. When the payload has no sha, Event.SHA is empty and the
 // server resolves Event.Ref with Repo.Resolve.
 func GenericEvent(src *Source, d *Delivery) (*GenericTrigger, error) {
-	if src.Kind != KindGeneric || src.Generic == nil {
+	if src.Kind != kiln.SourceGeneric || src.Generic == nil {
 		return nil, kiln.Errorf(kiln.CodeInvalid, "source %s is not a generic source", src.Name)
 	}
 	var p GenericPayload

@@ -15,7 +15,7 @@ import (
 )
 
 func genericSource(cloneURL string) *Source {
-	return &Source{Name: "ge", Kind: KindGeneric, Generic: &GenericConfig{
+	return &Source{Name: "ge", Kind: kiln.SourceGeneric, Generic: &GenericConfig{
 		Repository: "acme/app", CloneURL: cloneURL, DefaultBranch: "main",
 		Auth: GenericAuth{Type: AuthHMAC, Secret: "s"},
 	}}
@@ -120,7 +120,7 @@ func TestGenericCredentialsStayOutOfURLs(t *testing.T) {
 func TestGenericEvent(t *testing.T) {
 	src := genericSource("https://git.example.com/acme/app.git")
 	parse := func(event, body string) (*GenericTrigger, error) {
-		return GenericEvent(src, &Delivery{Kind: KindGeneric, Event: event, Body: []byte(body)})
+		return GenericEvent(src, &Delivery{Kind: kiln.SourceGeneric, Event: event, Body: []byte(body)})
 	}
 	tr, err := parse("push", `{"sha":"`+shaA+`","before":"`+shaB+`","actor":"ci-bot","message":"deploy","extra":{"ignored":true}}`)
 	if err != nil {

@@ -2,7 +2,6 @@ package forge
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -77,36 +76,7 @@ func gitHubWebBase(api *url.URL, explicit string) (*url.URL, error) {
 }
 
 func (g *gitHub) Workflows(ctx context.Context, repo, sha string) ([]WorkflowFile, error) {
-	rp, err := repoPath(repo)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSHA(sha); err != nil {
-		return nil, err
-	}
-	q := url.Values{"ref": {sha}}
-	var raw json.RawMessage
-	_, err = g.api.do(ctx, request{method: http.MethodGet, path: rp + "/contents/" + WorkflowDir, query: q}, &raw)
-	if kiln.ErrorCode(err) == kiln.CodeNotFound {
-		// No workflow directory, or no repository the token can see:
-		// only the first is "no workflows".
-		return nil, g.api.checkRepo(ctx, rp)
-	}
-	if err != nil {
-		return nil, err
-	}
-	entries, err := contentListing(raw)
-	if err != nil {
-		return nil, err
-	}
-	return readWorkflows(entries, g.maxWF, func(e contentEntry) ([]byte, error) {
-		var f fileContent
-		if _, err := g.api.do(ctx, request{method: http.MethodGet, path: rp + "/contents/" + escapePath(e.Path), query: q}, &f); err != nil {
-			return nil, err
-		}
-		f.Path = e.Path
-		return decodeContent(f, g.maxWF)
-	})
+	return readContentsWorkflows(ctx, g.api, g.maxWF, repo, sha)
 }
 
 func (g *gitHub) ChangedFiles(ctx context.Context, ev *kiln.Event) ([]string, bool, error) {

@@ -89,7 +89,7 @@ func TestGitHubAppInstallationTokens(t *testing.T) {
 		})
 		return true
 	})
-	src := &Source{Name: "gh", Kind: KindGitHub, GitHub: &GitHubConfig{
+	src := &Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &GitHubConfig{
 		APIBase: f.base(), WebhookSecret: "s",
 		App: &GitHubApp{AppID: "12345", InstallationID: 987, PrivateKeyPEM: pkcs1PEM(key)},
 	}}
@@ -131,7 +131,7 @@ func TestGitHubAppInstallationTokens(t *testing.T) {
 	// An App GitHub does not know: a sentence, and nothing posted.
 	bad := *src.GitHub
 	bad.App = &GitHubApp{AppID: "99", InstallationID: 987, PrivateKeyPEM: pkcs1PEM(key)}
-	repo2, _ := NewRepo(&Source{Name: "gh2", Kind: KindGitHub, GitHub: &bad}, Options{Now: clock})
+	repo2, _ := NewRepo(&Source{Name: "gh2", Kind: kiln.SourceGitHub, GitHub: &bad}, Options{Now: clock})
 	err = repo2.PostStatus(ctx, fakeRepo, shaA, Status{State: StatePending, Context: "kiln/ci"})
 	wantCode(t, err, kiln.CodeUnauthorized)
 	if !strings.Contains(err.Error(), "could not get a GitHub App installation token") {

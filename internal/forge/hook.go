@@ -89,7 +89,7 @@ func shellQuote(s string) string {
 // returns its path. An existing hook kiln did not write is left alone
 // (CodeConflict) unless force is set.
 func InstallHook(ctx context.Context, src *Source, cfg HookConfig, force bool, opts Options) (string, error) {
-	if src.Kind != KindLocal || src.Local == nil {
+	if src.Kind != kiln.SourceLocal || src.Local == nil {
 		return "", kiln.Errorf(kiln.CodeInvalid, "source %s is not a local source", src.Name)
 	}
 	cfg.Source = src.Name

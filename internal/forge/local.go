@@ -74,7 +74,7 @@ type LocalPush struct {
 // LocalEvent builds the push (or tag) event for a push to a local source's
 // repository.
 func LocalEvent(ctx context.Context, src *Source, push LocalPush, opts Options) (*kiln.Event, error) {
-	if src.Kind != KindLocal || src.Local == nil {
+	if src.Kind != kiln.SourceLocal || src.Local == nil {
 		return nil, kiln.Errorf(kiln.CodeInvalid, "source %s is not a local source", src.Name)
 	}
 	if err := src.Validate(); err != nil {

@@ -96,7 +96,7 @@ func sampleRepo(t *testing.T) (g *testGit, c1, c2, c3 string) {
 }
 
 func localSource(dir string) *Source {
-	return &Source{Name: "app", Kind: KindLocal, Local: &LocalConfig{Path: dir}}
+	return &Source{Name: "app", Kind: kiln.SourceLocal, Local: &LocalConfig{Path: dir}}
 }
 
 func paths(files []WorkflowFile) []string {

@@ -106,13 +106,13 @@ func NewRepo(src *Source, opts Options) (Repo, error) {
 	}
 	opts = opts.withDefaults()
 	switch src.Kind {
-	case KindGitHub:
+	case kiln.SourceGitHub:
 		return newGitHub(src.GitHub, opts)
-	case KindGitea:
+	case kiln.SourceGitea:
 		return newGitea(src.Gitea, opts)
-	case KindGeneric:
+	case kiln.SourceGeneric:
 		return newGeneric(src.Generic, opts), nil
-	case KindLocal:
+	case kiln.SourceLocal:
 		return newLocal(src.Name, src.Local, opts), nil
 	}
 	return nil, kiln.Errorf(kiln.CodeInvalid, "source kind %q is not known", src.Kind)
@@ -170,9 +170,4 @@ func addFile(files []string, seen map[string]bool, names ...string) []string {
 		}
 	}
 	return files
-}
-
-// repoBaseName is the owner/name a local or generic source reports.
-func repoBaseName(p string) string {
-	return strings.TrimSuffix(path.Base(p), ".git")
 }

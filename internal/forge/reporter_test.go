@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // fakeClock is a Clock that moves only when told to.
@@ -194,18 +195,6 @@ func lookupOf(p StatusPoster) PosterLookup {
 	}
 }
 
-// eventually polls cond until it holds or a deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func pending(desc string) Status {
 	return Status{State: StatePending, Context: "kiln/ci", Description: desc}
 }
@@ -228,7 +217,7 @@ func TestReporterDebouncesPending(t *testing.T) {
 	if c := p.next(t); c.St.Description != "2 of 3 jobs done" || c.Repo != fakeRepo || c.SHA != shaA {
 		t.Fatalf("posted %+v, want the latest pending update", c)
 	}
-	eventually(t, "the post is recorded", func() bool { return r.Stats().Posted == 1 && r.Stats().Queued == 0 })
+	waittest.Until(t, waittest.Timeout, "the post is recorded", func() bool { return r.Stats().Posted == 1 && r.Stats().Queued == 0 })
 
 	// Another context on the same commit is independent.
 	r.Report("src", fakeRepo, shaA, Status{State: StatePending, Context: "kiln/release"})
@@ -248,7 +237,7 @@ func TestReporterTerminalIsPromptAndReplacesPending(t *testing.T) {
 	if c := p.next(t); c.St.State != StateSuccess {
 		t.Fatalf("first post %+v, want the terminal state at once", c)
 	}
-	eventually(t, "the queue is empty", func() bool { return r.Stats().Queued == 0 })
+	waittest.Until(t, waittest.Timeout, "the queue is empty", func() bool { return r.Stats().Queued == 0 })
 	clk.Advance(time.Minute)
 	if d := p.descriptions(); !slices.Equal(d, []string{"all jobs passed"}) {
 		t.Fatalf("posts %v; the replaced pending update must never be sent", d)
@@ -281,7 +270,7 @@ func TestReporterRetriesWithBackoff(t *testing.T) {
 	clk.waitFor(t, t0.Add(33*time.Second))
 	clk.Advance(30 * time.Second)
 	p.next(t)
-	eventually(t, "the post succeeds", func() bool { s := r.Stats(); return s.Posted == 1 && s.Queued == 0 && s.Failed == 0 })
+	waittest.Until(t, waittest.Timeout, "the post succeeds", func() bool { s := r.Stats(); return s.Posted == 1 && s.Queued == 0 && s.Failed == 0 })
 	if d := p.descriptions(); len(d) != 4 {
 		t.Errorf("%d attempts, want 4", len(d))
 	}
@@ -297,7 +286,7 @@ func TestReporterGivesUp(t *testing.T) {
 		runReporter(t, r)
 		r.Report("src", fakeRepo, shaA, done(StateSuccess, ""))
 		r.Report("gone", fakeRepo, shaA, done(StateSuccess, "")) // unknown source
-		eventually(t, "both are given up", func() bool { s := r.Stats(); return s.Failed == 2 && s.Queued == 0 })
+		waittest.Until(t, waittest.Timeout, "both are given up", func() bool { s := r.Stats(); return s.Failed == 2 && s.Queued == 0 })
 		if n := len(p.descriptions()); n != 1 {
 			t.Errorf("%d posts, want 1 (no retry of a 404)", n)
 		}
@@ -316,7 +305,7 @@ func TestReporterGivesUp(t *testing.T) {
 		clk.waitFor(t, t0.Add(3*time.Second))
 		clk.Advance(2 * time.Second)
 		p.next(t)
-		eventually(t, "it is given up", func() bool { s := r.Stats(); return s.Failed == 1 && s.Queued == 0 })
+		waittest.Until(t, waittest.Timeout, "it is given up", func() bool { s := r.Stats(); return s.Failed == 1 && s.Queued == 0 })
 	})
 }
 
@@ -342,7 +331,7 @@ func TestReporterNeverPostsAKeyConcurrently(t *testing.T) {
 	if c := p.next(t); c.SHA != shaA || c.St.State != StateFailure {
 		t.Fatalf("post %+v, want shaA's failure after its pending post", c)
 	}
-	eventually(t, "all are posted", func() bool { return r.Stats().Queued == 0 })
+	waittest.Until(t, waittest.Timeout, "all are posted", func() bool { return r.Stats().Queued == 0 })
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.overlap {
@@ -361,7 +350,7 @@ func TestReporterWorkersBound(t *testing.T) {
 	p.next(t)
 	p.next(t)
 	close(p.gate)
-	eventually(t, "all are posted", func() bool { return r.Stats().Posted == 6 })
+	waittest.Until(t, waittest.Timeout, "all are posted", func() bool { return r.Stats().Posted == 6 })
 	if p.maxPar > 2 {
 		t.Errorf("%d posts at once, want at most 2", p.maxPar)
 	}
@@ -381,7 +370,7 @@ func TestReporterQueueFullDropsOldestPending(t *testing.T) {
 		t.Fatalf("stats %+v, want 3 queued and 3 dropped", s)
 	}
 	runReporter(t, r)
-	eventually(t, "the terminal updates are posted", func() bool { return r.Stats().Queued == 0 })
+	waittest.Until(t, waittest.Timeout, "the terminal updates are posted", func() bool { return r.Stats().Queued == 0 })
 	clk.Advance(time.Minute)
 	got := p.descriptions()
 	slices.Sort(got)
@@ -451,7 +440,7 @@ func TestReporterPostsToGitHub(t *testing.T) {
 	}, ReporterConfig{Clock: newFakeClock()})
 	runReporter(t, r)
 	r.Report("gh", fakeRepo, shaA, Status{State: StateSuccess, Context: "kiln/ci", Description: "2 jobs passed", TargetURL: "https://kiln.example/runs/1"})
-	eventually(t, "GitHub has the status", func() bool { return len(f.posted()) == 1 })
+	waittest.Until(t, waittest.Timeout, "GitHub has the status", func() bool { return len(f.posted()) == 1 })
 	lookups.Wait()
 	got := f.posted()[0]
 	if got.SHA != shaA || got.Body["state"] != "success" || got.Body["description"] != "2 jobs passed" || got.Auth != "Bearer tok-123" {

@@ -8,28 +8,6 @@ import (
 	"github.com/kilnci/kiln"
 )
 
-// Kind is the kind of a source: which forge speaks to kiln through it.
-type Kind string
-
-const (
-	KindGitHub  Kind = "github"  // github.com or GitHub Enterprise Server
-	KindGitea   Kind = "gitea"   // Gitea or Forgejo
-	KindGeneric Kind = "generic" // any sender of a signed JSON webhook, code fetched with git
-	KindLocal   Kind = "local"   // a git repository on the server's host
-)
-
-// Kinds lists every source kind.
-var Kinds = []Kind{KindGitHub, KindGitea, KindGeneric, KindLocal}
-
-// Valid reports whether k is a known kind.
-func (k Kind) Valid() bool {
-	switch k {
-	case KindGitHub, KindGitea, KindGeneric, KindLocal:
-		return true
-	}
-	return false
-}
-
 // DefaultGitHubAPI is the API base of github.com.
 const DefaultGitHubAPI = "https://api.github.com"
 
@@ -40,12 +18,12 @@ const DefaultSignatureHeader = "X-Signature-256"
 // the webhook URL names (/webhook/{kind}/{name}); exactly the config block
 // of Kind is set.
 type Source struct {
-	Name    string         `json:"name"`
-	Kind    Kind           `json:"kind"`
-	GitHub  *GitHubConfig  `json:"github,omitempty"`
-	Gitea   *GiteaConfig   `json:"gitea,omitempty"`
-	Generic *GenericConfig `json:"generic,omitempty"`
-	Local   *LocalConfig   `json:"local,omitempty"`
+	Name    string          `json:"name"`
+	Kind    kiln.SourceKind `json:"kind"`
+	GitHub  *GitHubConfig   `json:"github,omitempty"`
+	Gitea   *GiteaConfig    `json:"gitea,omitempty"`
+	Generic *GenericConfig  `json:"generic,omitempty"`
+	Local   *LocalConfig    `json:"local,omitempty"`
 }
 
 // GitHubConfig connects github.com or GitHub Enterprise. Authenticate with
@@ -134,22 +112,22 @@ func (s *Source) Validate() error {
 	}
 	var err error
 	switch s.Kind {
-	case KindGitHub:
+	case kiln.SourceGitHub:
 		err = needBlock(s.GitHub != nil, s.Kind)
 		if err == nil {
 			err = s.GitHub.validate()
 		}
-	case KindGitea:
+	case kiln.SourceGitea:
 		err = needBlock(s.Gitea != nil, s.Kind)
 		if err == nil {
 			err = s.Gitea.validate()
 		}
-	case KindGeneric:
+	case kiln.SourceGeneric:
 		err = needBlock(s.Generic != nil, s.Kind)
 		if err == nil {
 			err = s.Generic.validate()
 		}
-	case KindLocal:
+	case kiln.SourceLocal:
 		err = needBlock(s.Local != nil, s.Kind)
 		if err == nil {
 			err = s.Local.validate()
@@ -163,7 +141,7 @@ func (s *Source) Validate() error {
 	return nil
 }
 
-func needBlock(ok bool, k Kind) error {
+func needBlock(ok bool, k kiln.SourceKind) error {
 	if !ok {
 		return kiln.Errorf(kiln.CodeInvalid, "a %s source needs its %q settings", k, string(k))
 	}

@@ -38,8 +38,8 @@ func TestSourceValidate(t *testing.T) {
 	key := pkcs1PEM(rsaTestKey(t))
 	pkcs8, _ := x509.MarshalPKCS8PrivateKey(rsaTestKey(t))
 	key8 := string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}))
-	gh := func(c GitHubConfig) *Source { return &Source{Name: "gh", Kind: KindGitHub, GitHub: &c} }
-	gt := func(c GiteaConfig) *Source { return &Source{Name: "gt", Kind: KindGitea, Gitea: &c} }
+	gh := func(c GitHubConfig) *Source { return &Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &c} }
+	gt := func(c GiteaConfig) *Source { return &Source{Name: "gt", Kind: kiln.SourceGitea, Gitea: &c} }
 	ge := func(c GenericConfig) *Source {
 		if c.Repository == "" {
 			c.Repository = "acme/app"
@@ -47,9 +47,11 @@ func TestSourceValidate(t *testing.T) {
 		if c.CloneURL == "" {
 			c.CloneURL = "https://git.example.com/acme/app.git"
 		}
-		return &Source{Name: "ge", Kind: KindGeneric, Generic: &c}
+		return &Source{Name: "ge", Kind: kiln.SourceGeneric, Generic: &c}
 	}
-	lc := func(p string) *Source { return &Source{Name: "lc", Kind: KindLocal, Local: &LocalConfig{Path: p}} }
+	lc := func(p string) *Source {
+		return &Source{Name: "lc", Kind: kiln.SourceLocal, Local: &LocalConfig{Path: p}}
+	}
 	hmac := GenericAuth{Type: AuthHMAC, Secret: "s"}
 
 	good := []*Source{
@@ -74,10 +76,10 @@ func TestSourceValidate(t *testing.T) {
 		src  *Source
 		want string
 	}{
-		{&Source{Name: "Bad Name", Kind: KindLocal, Local: &LocalConfig{Path: "/x"}}, "source name"},
+		{&Source{Name: "Bad Name", Kind: kiln.SourceLocal, Local: &LocalConfig{Path: "/x"}}, "source name"},
 		{&Source{Name: "x", Kind: "gitlab"}, `kind "gitlab"`},
-		{&Source{Name: "x", Kind: KindGitHub}, `needs its "github" settings`},
-		{&Source{Name: "x", Kind: KindLocal, Local: &LocalConfig{Path: "/x"}, GitHub: &GitHubConfig{}}, "more than one kind"},
+		{&Source{Name: "x", Kind: kiln.SourceGitHub}, `needs its "github" settings`},
+		{&Source{Name: "x", Kind: kiln.SourceLocal, Local: &LocalConfig{Path: "/x"}, GitHub: &GitHubConfig{}}, "more than one kind"},
 		{gh(GitHubConfig{Token: "t"}), "webhook secret is missing"},
 		{gh(GitHubConfig{WebhookSecret: "s"}), "a token or a GitHub App"},
 		{gh(GitHubConfig{Token: "t", WebhookSecret: "s", App: &GitHubApp{}}), "not both"},
@@ -102,7 +104,7 @@ func TestSourceValidate(t *testing.T) {
 		{ge(GenericConfig{Auth: hmac, CloneURL: "file://relative/path"}), "absolute path"},
 		{ge(GenericConfig{Auth: hmac, DefaultBranch: "bad..branch"}), "not a valid branch"},
 		{ge(GenericConfig{Auth: hmac, CloneUsername: "u"}), "both clone_username and clone_password"},
-		{&Source{Name: "ge", Kind: KindGeneric, Generic: &GenericConfig{CloneURL: "https://h/a.git", Auth: hmac}}, "repository is missing"},
+		{&Source{Name: "ge", Kind: kiln.SourceGeneric, Generic: &GenericConfig{CloneURL: "https://h/a.git", Auth: hmac}}, "repository is missing"},
 		{lc(""), "path is missing"},
 		{lc("srv/git/app"), "is relative"},
 		{lc("/srv/../etc"), "not clean"},
@@ -120,7 +122,7 @@ func TestSourceValidate(t *testing.T) {
 
 func TestSourceJSONAndRedacted(t *testing.T) {
 	key := pkcs1PEM(rsaTestKey(t))
-	src := Source{Name: "gh", Kind: KindGitHub, GitHub: &GitHubConfig{WebhookSecret: "whsec", App: &GitHubApp{AppID: "1", InstallationID: 2, PrivateKeyPEM: key}}}
+	src := Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &GitHubConfig{WebhookSecret: "whsec", App: &GitHubApp{AppID: "1", InstallationID: 2, PrivateKeyPEM: key}}}
 	raw, err := json.Marshal(src)
 	if err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func (p *Processor) record(ctx context.Context, source, kind, event string, body
 	if fs == nil {
 		return 0, kiln.Errorf(kiln.CodeNotFound, "there is no source named %q", source)
 	}
-	if kind == kindTrigger && fs.Kind != forge.KindLocal {
+	if kind == kindTrigger && fs.Kind != kiln.SourceLocal {
 		return 0, kiln.Errorf(kiln.CodeInvalid, "source %s is a %s source; kiln trigger works on local sources", source, fs.Kind)
 	}
 	raw, err := json.Marshal(body)
@@ -76,12 +76,12 @@ func (p *Processor) record(ctx context.Context, source, kind, event string, body
 func dispatchEvent(ctx context.Context, fs *forge.Source, repo forge.Repo, r DispatchRequest) (*kiln.Event, error) {
 	ev := &kiln.Event{Name: kiln.EventDispatch, Repository: r.Repository, Actor: r.Actor}
 	switch fs.Kind {
-	case forge.KindGeneric:
+	case kiln.SourceGeneric:
 		if ev.Repository == "" {
 			ev.Repository = fs.Generic.Repository
 		}
 		ev.DefaultBranch = fs.Generic.DefaultBranch
-	case forge.KindLocal:
+	case kiln.SourceLocal:
 		// The repository knows its default branch: a dispatch without a
 		// ref runs on it, like a push of it would.
 		push, err := forge.LocalEvent(ctx, fs, forge.LocalPush{Ref: r.Ref}, forge.Options{})

@@ -25,9 +25,9 @@ const (
 // event log, and a forged delivery id cannot poison deduplication (the
 // server log says what was refused).
 func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
-	kind := forge.Kind(r.PathValue("kind"))
+	kind := kiln.SourceKind(r.PathValue("kind"))
 	name := r.PathValue("source")
-	if !kind.Valid() || kind == forge.KindLocal {
+	if !kind.Valid() || kind == kiln.SourceLocal {
 		p.refuse(w, kiln.Errorf(kiln.CodeNotFound, "there are no %q webhooks; kinds are github, gitea and generic", kind))
 		return
 	}
@@ -78,40 +78,9 @@ func (p *Processor) refuse(w http.ResponseWriter, err error) {
 	writeError(w, err)
 }
 
-// errorBody is kiln's JSON error shape, shared with the API.
-type errorBody struct {
-	Error struct {
-		Code    kiln.Code `json:"code"`
-		Message string    `json:"message"`
-	} `json:"error"`
-}
-
-// StatusOf maps an error code to its HTTP status.
-func StatusOf(code kiln.Code) int {
-	switch code {
-	case kiln.CodeInvalid:
-		return http.StatusBadRequest
-	case kiln.CodeNotFound:
-		return http.StatusNotFound
-	case kiln.CodeConflict:
-		return http.StatusConflict
-	case kiln.CodeUnauthorized:
-		return http.StatusUnauthorized
-	case kiln.CodeForbidden:
-		return http.StatusForbidden
-	case kiln.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case kiln.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
 func writeError(w http.ResponseWriter, err error) {
-	var body errorBody
-	body.Error.Code = kiln.ErrorCode(err)
-	body.Error.Message = kiln.ErrorMessage(err)
-	writeJSON(w, StatusOf(body.Error.Code), body)
+	body := kiln.BodyOf(err)
+	writeJSON(w, body.Error.Code.HTTPStatus(), body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
-	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
@@ -18,11 +17,11 @@ type hookLog struct {
 	mu       sync.Mutex
 	recorded []string // source/event/dup
 	refused  []kiln.Code
-	finished chan store.DeliveryStatus
+	finished chan kiln.DeliveryStatus
 }
 
 func (h *hookLog) install(c *Config) {
-	h.finished = make(chan store.DeliveryStatus, 16)
+	h.finished = make(chan kiln.DeliveryStatus, 16)
 	c.Recorded = func(source, event string, dup bool) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -37,10 +36,10 @@ func (h *hookLog) install(c *Config) {
 		defer h.mu.Unlock()
 		h.refused = append(h.refused, code)
 	}
-	c.Finished = func(s store.DeliveryStatus) { h.finished <- s }
+	c.Finished = func(s kiln.DeliveryStatus) { h.finished <- s }
 }
 
-func (h *hookLog) next(t *testing.T) store.DeliveryStatus {
+func (h *hookLog) next(t *testing.T) kiln.DeliveryStatus {
 	t.Helper()
 	select {
 	case s := <-h.finished:
@@ -58,13 +57,13 @@ func TestHooksSeeRecordedFinishedAndRefusedDeliveries(t *testing.T) {
 	if code, out := f.send(t, "push", "h-1", body, ""); code != http.StatusAccepted {
 		t.Fatalf("push: %d %v", code, out)
 	}
-	if s := h.next(t); s != store.DeliveryProcessed {
+	if s := h.next(t); s != kiln.DeliveryProcessed {
 		t.Fatalf("push finished %s", s)
 	}
 	f.send(t, "push", "h-1", body, "")           // a redelivery
 	f.send(t, "push", "h-2", body, "sha256=bad") // a forged one
 	f.send(t, "ping", "h-3", payload(t, "ping.payload.json"), "")
-	if s := h.next(t); s != store.DeliveryPing {
+	if s := h.next(t); s != kiln.DeliveryPing {
 		t.Fatalf("ping finished %s", s)
 	}
 	req, _ := http.NewRequest("POST", f.srv.URL+"/webhook/github/nosuch", strings.NewReader("{}"))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,15 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/forge/forgetest"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 const (
 	secret  = "s3cret"
@@ -61,7 +65,7 @@ func newFixture(t *testing.T, url func(testing.TB) string, opts ...func(*Config)
 		o(&cfg)
 	}
 	proc := New(db, eng, srcs, cfg)
-	st, err := Encode(&forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{APIBase: gh.URL, Token: "t", WebhookSecret: secret}})
+	st, err := Encode(&forge.Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{APIBase: gh.URL, Token: "t", WebhookSecret: secret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,16 +121,13 @@ func (f *fixture) send(t *testing.T, event, id string, body []byte, sig string) 
 // finished polls until the delivery is processed.
 func (f *fixture) finished(t *testing.T, id int64) store.Delivery {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		d, err := f.db.Ingress().Get(context.Background(), id)
-		if err == nil && d.Status != store.DeliveryReceived {
-			return d
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("delivery %d was not processed in time", id)
-	return store.Delivery{}
+	var d store.Delivery
+	waittest.Until(t, waittest.Timeout, fmt.Sprintf("delivery %d to be processed", id), func() bool {
+		var err error
+		d, err = f.db.Ingress().Get(context.Background(), id)
+		return err == nil && d.Status != kiln.DeliveryReceived
+	})
+	return d
 }
 
 func deliveryID(t *testing.T, out map[string]any) int64 {
@@ -147,7 +148,7 @@ func TestGitHubPushCreatesARunOnceAndDuplicatesAreRecognised(t *testing.T) {
 			t.Fatalf("status %d: %v", code, out)
 		}
 		d := f.finished(t, deliveryID(t, out))
-		if d.Status != store.DeliveryProcessed || len(d.RunIDs) != 1 {
+		if d.Status != kiln.DeliveryProcessed || len(d.RunIDs) != 1 {
 			t.Fatalf("delivery: %s %q runs %v", d.Status, d.Message, d.RunIDs)
 		}
 		run, err := f.db.Runs().Get(context.Background(), d.RunIDs[0])
@@ -194,12 +195,12 @@ func TestOutcomesOfDeliveriesThatStartNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		cases := []struct {
 			event, file string
-			want        store.DeliveryStatus
+			want        kiln.DeliveryStatus
 			msg         string
 		}{
-			{"ping", "ping.payload.json", store.DeliveryPing, "ping"},
-			{"push", "push.payload.json", store.DeliveryIgnored, "delet"},
-			{"pull_request", "pull_request.opened.payload.json", store.DeliveryNoMatch, "no workflow matched"},
+			{"ping", "ping.payload.json", kiln.DeliveryPing, "ping"},
+			{"push", "push.payload.json", kiln.DeliveryIgnored, "delet"},
+			{"pull_request", "pull_request.opened.payload.json", kiln.DeliveryNoMatch, "no workflow matched"},
 		}
 		f.gh.SetFiles(repo, "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "", map[string]string{".kiln/workflows/ci.yml": ciYAML})
 		for i, c := range cases {
@@ -224,7 +225,7 @@ func TestInvalidWorkflowIsRecordedWithTheLintErrors(t *testing.T) {
 		})
 		_, out := f.send(t, "push", "inv", payload(t, "push.with-new-branch.payload.json"), "")
 		d := f.finished(t, deliveryID(t, out))
-		if d.Status != store.DeliveryInvalidWorkflow || !strings.Contains(d.Message, `.kiln/workflows/bad.yml:4`) {
+		if d.Status != kiln.DeliveryInvalidWorkflow || !strings.Contains(d.Message, `.kiln/workflows/bad.yml:4`) {
 			t.Fatalf("%s %q", d.Status, d.Message)
 		}
 		if runs, _ := f.db.Runs().List(context.Background(), store.RunFilter{Limit: 5}); len(runs) != 0 {
@@ -248,11 +249,11 @@ func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
 		}
 		f.clock.Advance(time.Second) // the dead server's claim lapses
 		d := f.finished(t, id)       // and this processor's poll takes the delivery over
-		if d.Status != store.DeliveryProcessed || len(d.RunIDs) != 1 {
+		if d.Status != kiln.DeliveryProcessed || len(d.RunIDs) != 1 {
 			t.Fatalf("taken-over delivery: %s %q", d.Status, d.Message)
 		}
 		// The dead server cannot finish it again.
-		if err := f.db.Ingress().Finish(ctx, id, "dead-server", store.DeliveryProcessed, "", nil); kiln.ErrorCode(err) != kiln.CodeConflict {
+		if err := f.db.Ingress().Finish(ctx, id, "dead-server", kiln.DeliveryProcessed, "", nil); kiln.ErrorCode(err) != kiln.CodeConflict {
 			t.Fatalf("second finish: %v", err)
 		}
 		runs, _ := f.db.Runs().List(ctx, store.RunFilter{Limit: 5})

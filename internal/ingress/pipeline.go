@@ -19,7 +19,7 @@ import (
 // outcome is what processing decided: the delivery's final status and
 // message, and the runs to create (nil: none).
 type outcome struct {
-	status  store.DeliveryStatus
+	status  kiln.DeliveryStatus
 	message string
 	start   *engine.StartRequest
 }
@@ -42,7 +42,7 @@ type request struct {
 func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, error) {
 	fs, repo, err := p.sources.Repo(ctx, d.Source)
 	if kiln.ErrorCode(err) == kiln.CodeNotFound {
-		return outcome{status: store.DeliveryFailed, message: "the source was removed before the delivery was processed"}, nil
+		return outcome{status: kiln.DeliveryFailed, message: "the source was removed before the delivery was processed"}, nil
 	}
 	if err != nil {
 		return outcome{}, err
@@ -51,7 +51,7 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 	var perm permanent
 	switch {
 	case errors.As(err, &perm):
-		return outcome{status: store.DeliveryFailed, message: perm.Error()}, nil
+		return outcome{status: kiln.DeliveryFailed, message: perm.Error()}, nil
 	case err != nil:
 		return outcome{}, err
 	case req == nil:
@@ -61,7 +61,7 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 	if ev.SHA == "" {
 		sha, err := repo.Resolve(ctx, ev.Repository, ev.Ref)
 		if kiln.ErrorCode(err) == kiln.CodeNotFound {
-			return outcome{status: store.DeliveryFailed, message: fmt.Sprintf("%s does not exist in %s", ev.Ref, ev.Repository)}, nil
+			return outcome{status: kiln.DeliveryFailed, message: fmt.Sprintf("%s does not exist in %s", ev.Ref, ev.Repository)}, nil
 		}
 		if err != nil {
 			return outcome{}, err
@@ -69,18 +69,18 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 		ev.SHA = sha
 	}
 	if err := trigger.Validate(ev); err != nil {
-		return outcome{status: store.DeliveryFailed, message: "the event is not valid: " + kiln.ErrorMessage(err)}, nil
+		return outcome{status: kiln.DeliveryFailed, message: "the event is not valid: " + kiln.ErrorMessage(err)}, nil
 	}
 	files, err := repo.Workflows(ctx, ev.Repository, ev.SHA)
 	if err != nil {
 		if kiln.ErrorCode(err) == kiln.CodeNotFound {
-			return outcome{status: store.DeliveryFailed, message: kiln.ErrorMessage(err)}, nil
+			return outcome{status: kiln.DeliveryFailed, message: kiln.ErrorMessage(err)}, nil
 		}
 		return outcome{}, err
 	}
 	wfs, contents, problems := parse(files, req.workflow)
 	if len(problems) > 0 {
-		return outcome{status: store.DeliveryInvalidWorkflow, message: clip(strings.Join(problems, "\n"), 16<<10)}, nil
+		return outcome{status: kiln.DeliveryInvalidWorkflow, message: clip(strings.Join(problems, "\n"), 16<<10)}, nil
 	}
 	if err := p.registerSchedules(ctx, d.Source, ev, wfs, contents); err != nil {
 		return outcome{}, err
@@ -90,7 +90,7 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 		if req.workflow != "" {
 			what = "no workflow " + req.workflow + " in .kiln/workflows"
 		}
-		return outcome{status: store.DeliveryNoMatch, message: fmt.Sprintf("%s at %s", what, short(ev.SHA))}, nil
+		return outcome{status: kiln.DeliveryNoMatch, message: fmt.Sprintf("%s at %s", what, short(ev.SHA))}, nil
 	}
 	if ev.ChangedFilesStatus == "" && needsChangedFiles(wfs, ev.Name) {
 		changed, ok, err := repo.ChangedFiles(ctx, ev)
@@ -121,21 +121,21 @@ func (p *Processor) match(wfs []*workflow.Workflow, contents map[string][]byte, 
 		if req.event.Name == kiln.EventDispatch {
 			inputs, err := trigger.CoerceInputs(wf.On.Dispatch, req.inputs)
 			if err != nil {
-				return outcome{status: store.DeliveryFailed, message: fmt.Sprintf("%s: %s", wf.Name, kiln.ErrorMessage(err))}, nil
+				return outcome{status: kiln.DeliveryFailed, message: fmt.Sprintf("%s: %s", wf.Name, kiln.ErrorMessage(err))}, nil
 			}
 			m.Inputs = inputs
 		}
 		matches = append(matches, m)
 	}
 	if len(matches) == 0 {
-		return outcome{status: store.DeliveryNoMatch, message: clip("no workflow matched: "+strings.Join(misses, "; "), 16<<10)}, nil
+		return outcome{status: kiln.DeliveryNoMatch, message: clip("no workflow matched: "+strings.Join(misses, "; "), 16<<10)}, nil
 	}
 	names := make([]string, len(matches))
 	for i, m := range matches {
 		names[i] = m.Workflow.Name
 	}
 	return outcome{
-		status:  store.DeliveryProcessed,
+		status:  kiln.DeliveryProcessed,
 		message: "started " + strings.Join(names, ", "),
 		start:   &engine.StartRequest{Event: req.event, Matches: matches},
 	}, nil
@@ -145,24 +145,24 @@ func (p *Processor) match(wfs []*workflow.Workflow, contents map[string][]byte, 
 // outcome means the delivery starts nothing (ping, ignored events).
 func (p *Processor) request(ctx context.Context, fs *forge.Source, repo forge.Repo, d store.Delivery) (*request, outcome, error) {
 	switch d.Headers[headerKind] {
-	case string(forge.KindGitHub), string(forge.KindGitea):
+	case string(kiln.SourceGitHub), string(kiln.SourceGitea):
 		if d.Event == "ping" {
-			return nil, outcome{status: store.DeliveryPing, message: "ping: the webhook works"}, nil
+			return nil, outcome{status: kiln.DeliveryPing, message: "ping: the webhook works"}, nil
 		}
 		from := trigger.FromGitHub
-		if d.Headers[headerKind] == string(forge.KindGitea) {
+		if d.Headers[headerKind] == string(kiln.SourceGitea) {
 			from = trigger.FromGitea
 		}
 		ev, err := from(d.Event, d.Body)
 		if trigger.IsIgnored(err) {
-			return nil, outcome{status: store.DeliveryIgnored, message: err.Error()}, nil
+			return nil, outcome{status: kiln.DeliveryIgnored, message: err.Error()}, nil
 		}
 		if err != nil {
 			return nil, outcome{}, permanent{fmt.Errorf("the payload cannot be read: %s", kiln.ErrorMessage(err))}
 		}
 		return &request{event: ev}, outcome{}, nil
-	case string(forge.KindGeneric):
-		t, err := forge.GenericEvent(fs, &forge.Delivery{Source: fs.Name, Kind: forge.KindGeneric, Event: d.Event, Body: d.Body})
+	case string(kiln.SourceGeneric):
+		t, err := forge.GenericEvent(fs, &forge.Delivery{Source: fs.Name, Kind: kiln.SourceGeneric, Event: d.Event, Body: d.Body})
 		if err != nil {
 			return nil, outcome{}, permanent{err}
 		}

@@ -30,7 +30,7 @@ type Config struct {
 	Recorded func(source, event string, duplicate bool)
 	// Finished, when set, is called with the outcome of every delivery
 	// this processor finishes (duplicates excepted: see Recorded).
-	Finished func(store.DeliveryStatus)
+	Finished func(kiln.DeliveryStatus)
 	// Refused, when set, is called with the error code of every webhook
 	// request refused (unknown source, bad signature, too large, …).
 	Refused func(kiln.Code)
@@ -120,7 +120,7 @@ func (p *Processor) Wait(id int64) <-chan store.Delivery {
 	p.waiters[id] = append(p.waiters[id], c)
 	p.mu.Unlock()
 	// The delivery may have finished before the caller asked.
-	if d, err := p.db.Ingress().Get(context.Background(), id); err == nil && d.Status != store.DeliveryReceived {
+	if d, err := p.db.Ingress().Get(context.Background(), id); err == nil && d.Status != kiln.DeliveryReceived {
 		p.done(d)
 	}
 	return c
@@ -196,7 +196,7 @@ func (p *Processor) poll(ctx context.Context) {
 // database unavailable) leaves it received: the poll retries it once its
 // claim expires, until MaxAttempts.
 func (p *Processor) process(ctx context.Context, d store.Delivery) {
-	if d.Status != store.DeliveryReceived {
+	if d.Status != kiln.DeliveryReceived {
 		return
 	}
 	out, err := p.handle(ctx, d)
@@ -208,7 +208,7 @@ func (p *Processor) process(ctx context.Context, d store.Delivery) {
 			p.log.Warn("processing a delivery failed; it will be retried", "delivery", d.ID, "attempt", d.Attempts, "err", err)
 			return
 		}
-		out = outcome{status: store.DeliveryFailed, message: fmt.Sprintf("gave up after %d attempts: %v", d.Attempts, err)}
+		out = outcome{status: kiln.DeliveryFailed, message: fmt.Sprintf("gave up after %d attempts: %v", d.Attempts, err)}
 	}
 	if err := p.finish(ctx, d, out); err != nil {
 		if ctx.Err() == nil {
@@ -235,7 +235,7 @@ func (p *Processor) finish(ctx context.Context, d store.Delivery, out outcome) e
 		for i, r := range runs {
 			ids[i] = r.ID
 		}
-		return tx.Ingress().Finish(ctx, d.ID, p.owner, store.DeliveryProcessed, out.message, ids)
+		return tx.Ingress().Finish(ctx, d.ID, p.owner, kiln.DeliveryProcessed, out.message, ids)
 	})
 	if err != nil {
 		return err

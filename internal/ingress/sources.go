@@ -41,7 +41,7 @@ func Decode(s store.Source) (*forge.Source, error) {
 	if err := json.Unmarshal(s.Config, &fs); err != nil {
 		return nil, fmt.Errorf("source %s: stored configuration does not decode: %w", s.Name, err)
 	}
-	fs.Name, fs.Kind = s.Name, forge.Kind(s.Kind)
+	fs.Name, fs.Kind = s.Name, s.Kind
 	return &fs, nil
 }
 
@@ -51,7 +51,7 @@ func Encode(fs *forge.Source) (store.Source, error) {
 	if err != nil {
 		return store.Source{}, err
 	}
-	return store.Source{Kind: store.SourceKind(fs.Kind), Name: fs.Name, Config: raw}, nil
+	return store.Source{Kind: fs.Kind, Name: fs.Name, Config: raw}, nil
 }
 
 // ByName returns a source's configuration, or nil when there is none.

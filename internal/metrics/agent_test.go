@@ -52,12 +52,12 @@ func TestAgentRunThroughTheServer(t *testing.T) {
 		}()
 		t.Cleanup(func() { stop(); <-agentDone })
 
-		eventually(t, s, "the agent registered", func(f families) bool {
+		scrapeUntil(t, s, "the agent registered", func(f families) bool {
 			n, _ := f.value("kiln_agents_active")
 			return n == 1
 		})
 		run := startRun(t, s, agentWorkflow)
-		f := eventually(t, s, "the run's steps and duration", func(f families) bool {
+		f := scrapeUntil(t, s, "the run's steps and duration", func(f families) bool {
 			steps, _ := f.value("kiln_steps_total", "status", "success")
 			durations, _ := f.value("kiln_execution_duration_seconds")
 			return steps == 2 && durations == 1
@@ -106,7 +106,7 @@ func TestAgentRunThroughTheServer(t *testing.T) {
 			t.Fatalf("agent: %v", err)
 		}
 		agentDone <- nil // for the cleanup
-		eventually(t, s, "the agent gone and its disconnect counted", func(f families) bool {
+		scrapeUntil(t, s, "the agent gone and its disconnect counted", func(f families) bool {
 			active, _ := f.value("kiln_agents_active")
 			total := 0.0
 			if fam, ok := f["kiln_agent_disconnects_total"]; ok {

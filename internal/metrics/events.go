@@ -63,9 +63,9 @@ func (m *Metrics) observeRun(ctx context.Context, id string) {
 }
 
 // deliveryOutcomes are the values of kiln_webhooks_processed_total's result.
-var deliveryOutcomes = []store.DeliveryStatus{
-	store.DeliveryProcessed, store.DeliveryDuplicate, store.DeliveryNoMatch, store.DeliveryInvalidWorkflow,
-	store.DeliveryIgnored, store.DeliveryFailed, store.DeliveryPing,
+var deliveryOutcomes = []kiln.DeliveryStatus{
+	kiln.DeliveryProcessed, kiln.DeliveryDuplicate, kiln.DeliveryNoMatch, kiln.DeliveryInvalidWorkflow,
+	kiln.DeliveryIgnored, kiln.DeliveryFailed, kiln.DeliveryPing,
 }
 
 // knownEvents are the event label values kept as they are; every other
@@ -92,12 +92,12 @@ func (m *Metrics) DeliveryRecorded(source, event string, duplicate bool) {
 	m.webhooksReceived.WithLabelValues(source, eventLabel(event)).Inc()
 	if duplicate {
 		m.dedupHits.Inc()
-		m.webhooksProcessed.WithLabelValues(string(store.DeliveryDuplicate)).Inc()
+		m.webhooksProcessed.WithLabelValues(string(kiln.DeliveryDuplicate)).Inc()
 	}
 }
 
 // DeliveryFinished counts a delivery's outcome (the ingress Finished hook).
-func (m *Metrics) DeliveryFinished(status store.DeliveryStatus) {
+func (m *Metrics) DeliveryFinished(status kiln.DeliveryStatus) {
 	for _, o := range deliveryOutcomes {
 		if o == status {
 			m.webhooksProcessed.WithLabelValues(string(status)).Inc()

@@ -1,8 +1,9 @@
 package metrics_test
 
 import (
-	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/store/storetest"
@@ -13,5 +14,5 @@ import (
 // server the integration tests may have started.
 func TestMain(m *testing.M) {
 	executor.MaybeRunShim()
-	os.Exit(storetest.Main(m))
+	goleak.VerifyTestMain(storetest.M(m))
 }

@@ -71,7 +71,7 @@ func TestQueueGaugesThroughTheServer(t *testing.T) {
 		f.want(t, 0, "kiln_jobs", "status", "queued")
 
 		// The refresher reads each finished run once for its duration.
-		eventually(t, s, "two run durations", func(f families) bool {
+		scrapeUntil(t, s, "two run durations", func(f families) bool {
 			n, _ := f.value("kiln_execution_duration_seconds")
 			return n == 2
 		})

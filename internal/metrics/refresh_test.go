@@ -264,7 +264,7 @@ func TestWebhookLabelsStayBounded(t *testing.T) {
 	}
 	r.m.DeliveryRecorded("gh", "push", true)
 	r.m.DeliveryFinished("made_up")
-	r.m.DeliveryFinished(store.DeliveryIgnored)
+	r.m.DeliveryFinished(kiln.DeliveryIgnored)
 	if n := r.series(t, "kiln_webhooks_received_total"); n != 2 {
 		t.Fatalf("%d series of kiln_webhooks_received_total, want 2 (other, push)", n)
 	}

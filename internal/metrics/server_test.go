@@ -20,6 +20,7 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
 	"github.com/kilnci/kiln/internal/trigger"
+	"github.com/kilnci/kiln/internal/waittest"
 	"github.com/kilnci/kiln/internal/workflow"
 )
 
@@ -177,21 +178,16 @@ func fmtLabels(kv []string) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
-// eventually scrapes until ok holds or 20s pass (asynchronous work: the
-// refresher reading finished runs, the ingress workers).
-func eventually(t *testing.T, s *server.Server, what string, ok func(families) bool) families {
+// scrapeUntil scrapes until ok holds (asynchronous work: the refresher
+// reading finished runs, the ingress workers) and returns that scrape.
+func scrapeUntil(t *testing.T, s *server.Server, what string, ok func(families) bool) families {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		f := scrape(t, s)
-		if ok(f) {
-			return f
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for the work itself
-	}
+	var f families
+	waittest.Until(t, waittest.Timeout, "/metrics to show "+what, func() bool {
+		f = scrape(t, s)
+		return ok(f)
+	})
+	return f
 }
 
 // startRun starts one run of src through the engine, as the ingress would.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/server"
@@ -100,9 +101,9 @@ func TestWebhookCountersThroughTheServer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, database func(testing.TB) string) {
 		s := startServer(t, database(t), server.Options{}, nil)
 		ctx := context.Background()
-		addSource(t, s, &forge.Source{Name: "app", Kind: forge.KindLocal, Local: &forge.LocalConfig{Path: gitRepo(t)}})
+		addSource(t, s, &forge.Source{Name: "app", Kind: kiln.SourceLocal, Local: &forge.LocalConfig{Path: gitRepo(t)}})
 		// The API base is never called: pings and ignored events read nothing.
-		addSource(t, s, &forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+		addSource(t, s, &forge.Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
 			APIBase: "http://127.0.0.1:9", Token: "t", WebhookSecret: webhookSecret}})
 
 		for _, wf := range []string{"ci.yml", "nope.yml"} {
@@ -140,7 +141,7 @@ func TestWebhookCountersThroughTheServer(t *testing.T) {
 			t.Fatalf("unknown source: status %d", code)
 		}
 
-		f = eventually(t, s, "the flood ignored and the ping answered", func(f families) bool {
+		f = scrapeUntil(t, s, "the flood ignored and the ping answered", func(f families) bool {
 			ignored, _ := f.value("kiln_webhooks_processed_total", "result", "ignored")
 			ping, _ := f.value("kiln_webhooks_processed_total", "result", "ping")
 			return ignored == flood && ping == 1

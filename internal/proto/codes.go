@@ -46,8 +46,10 @@ const (
 	ErrInternal       = "INTERNAL"
 )
 
-// Default timings (docs/protocol.md explains each; the heartbeat limits are
-// B47's). Every one is configurable on the side that enforces it.
+// Default timings of the protocol's two ends (docs/protocol.md explains
+// each; the heartbeat limits are B47's). Every one is configurable on the side that enforces it; the ack
+// timeout and the recovery window are the store's (store.DefaultAckTimeout,
+// store.DefaultRecoveryWindow), which decides on them.
 const (
 	DefaultAuthTimeout          = 5 * time.Second
 	DefaultRegisterTimeout      = 10 * time.Second
@@ -55,8 +57,6 @@ const (
 	DefaultUnhealthyAfter       = 90 * time.Second
 	DefaultDropAfter            = 180 * time.Second
 	DefaultJobHeartbeatInterval = 60 * time.Second
-	DefaultAckTimeout           = 10 * time.Second
-	DefaultRecoveryWindow       = 120 * time.Second
 	DefaultMaxReconnectDelay    = 60 * time.Second
 )
 

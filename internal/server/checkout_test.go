@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/jobspec"
@@ -20,7 +21,7 @@ import (
 func TestSourceCredentials(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.New(t)
-	st, err := ingress.Encode(&forge.Source{Name: "gh", Kind: forge.KindGitHub, GitHub: &forge.GitHubConfig{
+	st, err := ingress.Encode(&forge.Source{Name: "gh", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
 		APIBase: "https://ghe.example.test/api/v3", Token: "pat-123", WebhookSecret: "s"}})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,13 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/fleet"
+	"github.com/kilnci/kiln/internal/ingress"
+	"github.com/kilnci/kiln/internal/metrics"
+	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
 )
 
 // Config is the whole server configuration. It is read from, in increasing
@@ -90,6 +97,8 @@ type MetricsConfig struct {
 }
 
 // DefaultConfig returns the embedded defaults: everything a newcomer needs.
+// Each number is the Default constant of the package that enforces it, so
+// a part built without the server has the defaults a server gives it.
 func DefaultConfig() Config {
 	return Config{
 		Listen:      "127.0.0.1:4000",
@@ -97,19 +106,39 @@ func DefaultConfig() Config {
 		LocalAgents: 1,
 		Log:         LogConfig{Level: "info", Format: "text"},
 		Agents: AgentsConfig{
-			AuthTimeout: 5 * time.Second, RegisterTimeout: 10 * time.Second,
-			HeartbeatInterval: 30 * time.Second, UnhealthyAfter: 90 * time.Second, DropAfter: 180 * time.Second,
-			JobHeartbeatInterval: 60 * time.Second, StaleAfter: 120 * time.Second,
-			AckTimeout: 10 * time.Second, RecoveryWindow: 120 * time.Second,
-			MaxMessageBytes: 4 << 20, MessagesPerSecond: 2000, BytesPerSecond: 64 << 20,
+			AuthTimeout:          proto.DefaultAuthTimeout,
+			RegisterTimeout:      proto.DefaultRegisterTimeout,
+			HeartbeatInterval:    proto.DefaultHeartbeatInterval,
+			UnhealthyAfter:       proto.DefaultUnhealthyAfter,
+			DropAfter:            proto.DefaultDropAfter,
+			JobHeartbeatInterval: proto.DefaultJobHeartbeatInterval,
+			StaleAfter:           store.DefaultStaleAfter,
+			AckTimeout:           store.DefaultAckTimeout,
+			RecoveryWindow:       store.DefaultRecoveryWindow,
+			MaxMessageBytes:      proto.MaxFrameBytes,
+			MessagesPerSecond:    fleet.DefaultMessagesPerSecond,
+			BytesPerSecond:       fleet.DefaultBytesPerSecond,
 		},
 		Queue: QueueConfig{
-			MaxAttempts: 5, Expiry: time.Hour, UnroutableGrace: 2 * time.Minute,
-			SweepInterval: time.Second, RedriveInterval: 10 * time.Second,
+			MaxAttempts:     store.DefaultMaxAttempts,
+			Expiry:          store.DefaultQueueTimeout,
+			UnroutableGrace: engine.DefaultUnroutableGrace,
+			SweepInterval:   engine.DefaultSweepInterval,
+			RedriveInterval: fleet.DefaultRedriveInterval,
 		},
-		Webhooks: WebhooksConfig{MaxBodyBytes: 25 << 20, DedupTTL: 24 * time.Hour, ClaimLease: 2 * time.Minute},
-		Runs:     RunsConfig{CancelGrace: time.Minute, ScheduleInterval: 15 * time.Second},
-		Metrics:  MetricsConfig{RefreshInterval: 5 * time.Second, BackpressureThreshold: 100},
+		Webhooks: WebhooksConfig{
+			MaxBodyBytes: ingress.DefaultMaxBodyBytes,
+			DedupTTL:     store.DefaultDedupTTL,
+			ClaimLease:   ingress.DefaultClaimLease,
+		},
+		Runs: RunsConfig{
+			CancelGrace:      engine.DefaultCancelGrace,
+			ScheduleInterval: ingress.DefaultScheduleInterval,
+		},
+		Metrics: MetricsConfig{
+			RefreshInterval:       metrics.DefaultRefreshInterval,
+			BackpressureThreshold: metrics.DefaultBackpressureThreshold,
+		},
 	}
 }
 

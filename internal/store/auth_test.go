@@ -186,19 +186,19 @@ func TestAgentsTable(t *testing.T) {
 func TestSources(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		s := db.Sources()
-		gh, err := s.Create(ctx, store.Source{Kind: store.SourceGitHub, Name: "github.com", Config: json.RawMessage(`{"app_id":1}`), Secret: "shh"})
+		gh, err := s.Create(ctx, store.Source{Kind: kiln.SourceGitHub, Name: "github.com", Config: json.RawMessage(`{"app_id":1}`), Secret: "shh"})
 		if err != nil || gh.ID == "" || string(gh.Config) != `{"app_id":1}` {
 			t.Fatalf("create %+v %v", gh, err)
 		}
-		if _, err := s.Create(ctx, store.Source{Kind: store.SourceGitea, Name: "github.com"}); !errors.Is(err, store.ErrConflict) {
+		if _, err := s.Create(ctx, store.Source{Kind: kiln.SourceGitea, Name: "github.com"}); !errors.Is(err, store.ErrConflict) {
 			t.Fatalf("duplicate name: %v", err)
 		}
-		for _, bad := range []store.Source{{Kind: "svn", Name: "x"}, {Kind: store.SourceLocal}, {Kind: store.SourceLocal, Name: "x", Config: json.RawMessage("{")}} {
+		for _, bad := range []store.Source{{Kind: "svn", Name: "x"}, {Kind: kiln.SourceLocal}, {Kind: kiln.SourceLocal, Name: "x", Config: json.RawMessage("{")}} {
 			if _, err := s.Create(ctx, bad); !errors.Is(err, store.ErrInvalid) {
 				t.Fatalf("bad source %+v: %v", bad, err)
 			}
 		}
-		local, _ := s.Create(ctx, store.Source{Kind: store.SourceLocal, Name: "here"})
+		local, _ := s.Create(ctx, store.Source{Kind: kiln.SourceLocal, Name: "here"})
 		gh.Secret, gh.Name = "new", "gh"
 		clock.Advance(time.Second)
 		if err := s.Update(ctx, gh); err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/kilnci/kiln"
 )
 
 // Ingress keeps webhook deliveries: a dedup table of (source, delivery id)
@@ -14,20 +16,6 @@ import (
 // included, with its body (so a delivery acknowledged 202 is processed after
 // a crash, and reruns can read it) and its outcome.
 type Ingress struct{ h handle }
-
-// DeliveryStatus is the outcome of a delivery.
-type DeliveryStatus string
-
-const (
-	DeliveryReceived        DeliveryStatus = "received" // recorded, not processed yet
-	DeliveryProcessed       DeliveryStatus = "processed"
-	DeliveryDuplicate       DeliveryStatus = "duplicate"
-	DeliveryNoMatch         DeliveryStatus = "no_match"
-	DeliveryInvalidWorkflow DeliveryStatus = "invalid_workflow"
-	DeliveryIgnored         DeliveryStatus = "ignored"
-	DeliveryFailed          DeliveryStatus = "failed"
-	DeliveryPing            DeliveryStatus = "ping"
-)
 
 // DefaultDeliveryClaim is how long a processor holds a delivery before
 // another may take it over.
@@ -54,7 +42,7 @@ type Delivery struct {
 	Event       string
 	Headers     map[string]string
 	Body        []byte // filled by Get and Claim, not by List
-	Status      DeliveryStatus
+	Status      kiln.DeliveryStatus
 	Message     string
 	RunIDs      []string
 	ReceivedAt  time.Time
@@ -91,10 +79,10 @@ func (i Ingress) Record(ctx context.Context, d NewDelivery) (id int64, duplicate
 				return fmt.Errorf("dedup: %w", err)
 			}
 		}
-		status, message, body := DeliveryReceived, "", d.Body
+		status, message, body := kiln.DeliveryReceived, "", d.Body
 		var owner, until, processed any
 		if duplicate {
-			status, message, body, processed = DeliveryDuplicate, "a delivery with this id was already received", nil, now
+			status, message, body, processed = kiln.DeliveryDuplicate, "a delivery with this id was already received", nil, now
 		} else if d.Owner != "" {
 			claim := d.ClaimFor
 			if claim <= 0 {
@@ -145,8 +133,8 @@ func (i Ingress) Claim(ctx context.Context, owner string, lease time.Duration, l
 // conflict when the delivery is no longer received or owner no longer holds
 // it (another processor took it over): the caller's transaction, with the
 // runs it created, must then roll back.
-func (i Ingress) Finish(ctx context.Context, id int64, owner string, status DeliveryStatus, message string, runIDs []string) error {
-	if status == DeliveryReceived || status == "" {
+func (i Ingress) Finish(ctx context.Context, id int64, owner string, status kiln.DeliveryStatus, message string, runIDs []string) error {
+	if status == kiln.DeliveryReceived || status == "" {
 		return invalid("finish a delivery with an outcome, not %q", status)
 	}
 	ids, err := json.Marshal(orEmptySlice(runIDs))
@@ -186,7 +174,7 @@ func (i Ingress) Get(ctx context.Context, id int64) (Delivery, error) {
 // DeliveryFilter selects event-log rows. Zero fields do not filter.
 type DeliveryFilter struct {
 	Source string
-	Status DeliveryStatus
+	Status kiln.DeliveryStatus
 	Before int64 // only rows with a smaller id (paging)
 	Limit  int   // default 50, at most 1000
 }

@@ -39,11 +39,11 @@ func TestDeliveryDedup(t *testing.T) {
 			}
 		}
 		got, err := db.Ingress().Get(ctx, id1)
-		if err != nil || string(got.Body) != string(d.Body) || got.Headers["X-GitHub-Event"] != "push" || got.Status != store.DeliveryReceived {
+		if err != nil || string(got.Body) != string(d.Body) || got.Headers["X-GitHub-Event"] != "push" || got.Status != kiln.DeliveryReceived {
 			t.Fatalf("stored delivery %+v %v", got, err)
 		}
 		dupRow, _ := db.Ingress().Get(ctx, id2)
-		if dupRow.Status != store.DeliveryDuplicate || dupRow.Body != nil || dupRow.ProcessedAt.IsZero() {
+		if dupRow.Status != kiln.DeliveryDuplicate || dupRow.Body != nil || dupRow.ProcessedAt.IsZero() {
 			t.Fatalf("duplicate row %+v", dupRow)
 		}
 		// After the TTL the id is new again; a purge drops expired dedup rows.
@@ -116,7 +116,7 @@ func TestDeliveryProcessingExactlyOnce(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			return tx.Ingress().Finish(ctx, id, "coord-1", store.DeliveryProcessed, "", []string{cr.ID})
+			return tx.Ingress().Finish(ctx, id, "coord-1", kiln.DeliveryProcessed, "", []string{cr.ID})
 		})
 		if !errors.Is(err, store.ErrConflict) {
 			t.Fatalf("finish by the old owner: %v", err)
@@ -131,13 +131,13 @@ func TestDeliveryProcessingExactlyOnce(t *testing.T) {
 				return err
 			}
 			runID = cr.ID
-			return tx.Ingress().Finish(ctx, id, "coord-2", store.DeliveryProcessed, "1 workflow matched", []string{cr.ID})
+			return tx.Ingress().Finish(ctx, id, "coord-2", kiln.DeliveryProcessed, "1 workflow matched", []string{cr.ID})
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, _ := db.Ingress().Get(ctx, id)
-		if got.Status != store.DeliveryProcessed || len(got.RunIDs) != 1 || got.RunIDs[0] != runID || got.Message != "1 workflow matched" {
+		if got.Status != kiln.DeliveryProcessed || len(got.RunIDs) != 1 || got.RunIDs[0] != runID || got.Message != "1 workflow matched" {
 			t.Fatalf("finished delivery %+v", got)
 		}
 		mustRun(t, db, runID)
@@ -145,7 +145,7 @@ func TestDeliveryProcessingExactlyOnce(t *testing.T) {
 		if ds, _ := db.Ingress().Claim(ctx, "coord-3", time.Minute, 10); len(ds) != 0 {
 			t.Fatalf("a processed delivery was claimed again: %+v", ds)
 		}
-		if err := db.Ingress().Finish(ctx, id, "coord-2", store.DeliveryReceived, "", nil); !errors.Is(err, store.ErrInvalid) {
+		if err := db.Ingress().Finish(ctx, id, "coord-2", kiln.DeliveryReceived, "", nil); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("finish as received: %v", err)
 		}
 	})
@@ -159,7 +159,7 @@ func TestEventLog(t *testing.T) {
 				t.Fatal(err)
 			}
 			if i == 1 {
-				if err := db.Ingress().Finish(ctx, id, "c", store.DeliveryNoMatch, "no workflow matched", nil); err != nil {
+				if err := db.Ingress().Finish(ctx, id, "c", kiln.DeliveryNoMatch, "no workflow matched", nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -170,7 +170,7 @@ func TestEventLog(t *testing.T) {
 			t.Fatalf("list %+v %v", all, err)
 		}
 		gh, _ := db.Ingress().List(ctx, store.DeliveryFilter{Source: "gh", Before: all[0].ID})
-		nm, _ := db.Ingress().List(ctx, store.DeliveryFilter{Status: store.DeliveryNoMatch})
+		nm, _ := db.Ingress().List(ctx, store.DeliveryFilter{Status: kiln.DeliveryNoMatch})
 		if len(gh) != 2 || len(nm) != 1 || nm[0].Message != "no workflow matched" {
 			t.Fatalf("filters: %+v %+v", gh, nm)
 		}

@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
@@ -11,5 +13,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
 	}
-	os.Exit(storetest.Main(m))
+	goleak.VerifyTestMain(storetest.M(m))
 }

@@ -6,26 +6,18 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/kilnci/kiln"
 )
 
 // Sources keeps the configured forge connections.
 type Sources struct{ h handle }
 
-// SourceKind is the forge a source speaks to.
-type SourceKind string
-
-const (
-	SourceGitHub  SourceKind = "github"
-	SourceGitea   SourceKind = "gitea"
-	SourceGeneric SourceKind = "generic"
-	SourceLocal   SourceKind = "local"
-)
-
 // Source is a configured source. Secret is plain text for now; a later
 // issue encrypts secrets at rest.
 type Source struct {
 	ID        string
-	Kind      SourceKind
+	Kind      kiln.SourceKind
 	Name      string
 	Config    json.RawMessage
 	Secret    string
@@ -35,7 +27,7 @@ type Source struct {
 
 func (s Source) validate() error {
 	switch s.Kind {
-	case SourceGitHub, SourceGitea, SourceGeneric, SourceLocal:
+	case kiln.SourceGitHub, kiln.SourceGitea, kiln.SourceGeneric, kiln.SourceLocal:
 	default:
 		return invalid("source kind %q is not github, gitea, generic or local", s.Kind)
 	}

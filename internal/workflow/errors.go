@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/suggest"
 )
 
 // Error is one problem in a workflow file, at a position users can jump to.
@@ -57,59 +58,10 @@ func (l ErrorList) sort() ErrorList {
 // badly broken file produces a readable report and bounded work.
 const MaxErrors = 100
 
-// suggest returns the candidate closest to word if it is close enough to be
-// a likely typo ("" otherwise), for "did you mean" hints.
-func suggest(word string, candidates []string) string {
-	best, bestDist := "", max(1, len(word)/3)+1
-	lw := strings.ToLower(word)
-	for _, c := range candidates {
-		lc := strings.ToLower(c)
-		d := editDistance(lw, lc)
-		if len(lw) >= 3 && (strings.HasPrefix(lc, lw) || strings.HasPrefix(lw, lc)) {
-			d = min(d, 1) // "bool" for "boolean"
-		}
-		if d < bestDist && d < min(len(lw), len(lc)) {
-			best, bestDist = c, d
-		}
-	}
-	return best
-}
-
 // didYouMean formats a suggestion as a sentence suffix.
 func didYouMean(word string, candidates []string) string {
-	if s := suggest(word, candidates); s != "" {
+	if s := suggest.Closest(word, candidates); s != "" {
 		return fmt.Sprintf("; did you mean %q?", s)
 	}
 	return ""
-}
-
-// editDistance is the optimal-string-alignment distance between a and b,
-// in bytes: insertions, deletions, substitutions and swaps of neighbours
-// ("og" for "go") each cost one. It gives up on long inputs, which are
-// never typos of short keys.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 1 << 20
-	}
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }

@@ -118,7 +118,7 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	hs := &Harness{URL: srv.URL, Token: token, DB: db, Engine: eng, Ingress: proc, Logs: logs,
 		Fleet: fleet, Client: client, Server: srv}
 	hs.Repo = newRepo(t)
-	src := forge.Source{Name: SourceName, Kind: forge.KindLocal, Local: &forge.LocalConfig{Path: hs.Repo}}
+	src := forge.Source{Name: SourceName, Kind: kiln.SourceLocal, Local: &forge.LocalConfig{Path: hs.Repo}}
 	if _, err := client.AddSource(ctx, src); err != nil {
 		t.Fatalf("add source: %v", err)
 	}
@@ -182,7 +182,7 @@ func (h *Harness) Dispatch(t testing.TB) api.Run {
 	if err != nil {
 		t.Fatalf("dispatch: %v", err)
 	}
-	if d.Status != store.DeliveryProcessed || len(d.Runs) != 1 {
+	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
 		t.Fatalf("dispatch: %s (%s), runs %v", d.Status, d.Message, d.Runs)
 	}
 	run, err := h.Client.GetRun(context.Background(), d.Runs[0].ID)

@@ -7,6 +7,10 @@
 // private server is stopped when the tests end:
 //
 //	func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+//
+// or hand M(m) to a wrapper that runs the tests, such as goleak's:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 package storetest
 
 import (
@@ -43,8 +47,16 @@ func QueueAsCreated(store.ReadyJob) store.Release { return store.Release{} }
 
 // Main runs the tests and then stops the private PostgreSQL server, if one
 // was started. Call it from TestMain.
-func Main(m *testing.M) int {
-	code := m.Run()
+func Main(m *testing.M) int { return M(m).Run() }
+
+// M is m whose Run also stops the private PostgreSQL server when the tests
+// end, before a wrapper checks what they left behind.
+func M(m *testing.M) interface{ Run() int } { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int {
+	code := r.m.Run()
 	stopServer()
 	return code
 }
