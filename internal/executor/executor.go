@@ -27,7 +27,11 @@ const (
 
 // Config tunes an Executor. Zero values take the defaults above.
 type Config struct {
-	WorkRoot           string        // parent of job directories (default $TMPDIR/kiln-work)
+	// WorkRoot is the parent of job directories (default $TMPDIR/kiln-work,
+	// the agent passes one in its state directory). It must belong to
+	// this process's user and not be writable by others; New makes it
+	// 0700, or 0711 with a step user (who must reach the job directories).
+	WorkRoot           string
 	GracePeriod        time.Duration // SIGTERM → SIGKILL on cancel and timeouts
 	DefaultStepTimeout time.Duration // for steps without a timeout, and the checkout
 	MaxLogBytesPerStep int64         // then one truncation line; the rest is read and dropped
@@ -44,8 +48,11 @@ type Config struct {
 	// ShimPath is the binary re-executed to supervise each step; it must
 	// call MaybeRunShim first thing in main (default os.Executable()).
 	ShimPath string
-	Clock    func() time.Time
-	Logger   *slog.Logger
+	// Isolation keeps steps away from the agent and server on the host
+	// (off by default; the agent turns it on).
+	Isolation Isolation
+	Clock     func() time.Time
+	Logger    *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -120,18 +127,38 @@ func (c Config) withDefaults() (Config, error) {
 type Executor struct {
 	cfg     Config
 	baseEnv []string
+	sandbox *sandbox
 }
 
-// New returns an Executor, creating Config.WorkRoot if needed.
+// New returns an Executor, creating Config.WorkRoot if needed. With
+// Config.Isolation on, it starts one step supervisor to learn whether this
+// host can isolate steps, and logs the answer: where it cannot, auto mode
+// logs a warning and runs steps unisolated, required mode fails.
 func New(cfg Config) (*Executor, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.WorkRoot, 0o700); err != nil {
-		return nil, fmt.Errorf("create the work root: %w", err)
+	x := &Executor{cfg: cfg, baseEnv: SanitizeEnv(cfg.BaseEnv)}
+	if u := cfg.Isolation.StepUser; u != nil {
+		x.baseEnv = stepUserEnv(x.baseEnv, u)
 	}
-	return &Executor{cfg: cfg, baseEnv: SanitizeEnv(cfg.BaseEnv)}, nil
+	sb, err := newSandbox(cfg.Isolation, cfg.ShimPath, x.baseEnv)
+	var unisolated *isolationError
+	switch {
+	case errors.As(err, &unisolated) && cfg.Isolation.Mode == IsolationAuto:
+		cfg.Logger.Warn("steps are NOT isolated: they can see the agent's processes and every file its user can read; see docs/security.md", "reason", unisolated.err.Error())
+	case err != nil:
+		return nil, err
+	}
+	x.sandbox = sb
+	if d := sb.describe(); d != "" {
+		cfg.Logger.Info(d)
+	}
+	if err := prepareWorkRoot(cfg.WorkRoot, cfg.Isolation.StepUser); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
 
 // Execution is one job running. Its methods are safe for concurrent use.
@@ -141,6 +168,8 @@ type Execution struct {
 	em   *emitter
 	log  *slog.Logger
 	done chan struct{}
+	// jobDir is the job's directory, set before the first command runs.
+	jobDir string
 
 	cancelOnce, forceOnce, timeoutOnce sync.Once
 	cancelled                          chan struct{} // closed by any cancel

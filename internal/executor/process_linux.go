@@ -27,8 +27,9 @@ type process struct {
 }
 
 // startProcess starts argv under the shim with env in dir, its stdout and
-// stderr going to the given files.
-func startProcess(shimPath string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
+// stderr going to the given files, in the sandbox sb (nil: none) for the
+// job whose directory is jobDir.
+func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
 	p := &process{done: make(chan struct{}), exitCode: -1}
 	started := make(chan error, 1)
 	go func() {
@@ -38,17 +39,15 @@ func startProcess(shimPath string, argv, env []string, dir string, stdout, stder
 		// fires it.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		args := append([]string{shimPath, shimArg}, sb.shimArgs(jobDir)...)
 		cmd := &exec.Cmd{
-			Path:   shimPath,
-			Args:   append([]string{shimPath, shimArg, "--"}, argv...),
-			Env:    env,
-			Dir:    dir,
-			Stdout: stdout,
-			Stderr: stderr,
-			SysProcAttr: &syscall.SysProcAttr{
-				Setpgid:   true,       // a terminal's ^C reaches kiln, which decides
-				Pdeathsig: sigKillAll, // the agent died: kill the step
-			},
+			Path:        shimPath,
+			Args:        append(args, argv...),
+			Env:         env,
+			Dir:         dir,
+			Stdout:      stdout,
+			Stderr:      stderr,
+			SysProcAttr: sb.attr(),
 		}
 		if err := cmd.Start(); err != nil {
 			started <- err
@@ -118,3 +117,18 @@ func sweepByCookie(cookie string) (killed int) {
 
 // supported is nil where steps can run.
 func supported() error { return nil }
+
+// fileOwner is the uid owning a file.
+func fileOwner(fi os.FileInfo) (int, bool) {
+	uid, _, ok := fileOwnerGroup(fi)
+	return uid, ok
+}
+
+// fileOwnerGroup is the uid and gid owning a file.
+func fileOwnerGroup(fi os.FileInfo) (uid, gid int, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return int(st.Uid), int(st.Gid), true
+}

@@ -14,7 +14,21 @@ type process struct {
 	exitCode int
 }
 
-func startProcess(shimPath string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
+type sandbox struct{}
+
+func newSandbox(iso Isolation, shimPath string, env []string) (*sandbox, error) {
+	if iso.StepUser != nil {
+		return nil, errUnsupported
+	}
+	if iso.Mode == IsolationAuto || iso.Mode == IsolationRequired {
+		return &sandbox{}, errUnsupported
+	}
+	return &sandbox{}, nil
+}
+
+func (sb *sandbox) describe() string { return "" }
+
+func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
 	return nil, errUnsupported
 }
 
@@ -28,3 +42,7 @@ func sweepByCookie(cookie string) int { return 0 }
 
 // MaybeRunShim does nothing where steps cannot run.
 func MaybeRunShim() {}
+
+func fileOwner(fi os.FileInfo) (int, bool) { return 0, false }
+
+func fileOwnerGroup(fi os.FileInfo) (uid, gid int, ok bool) { return 0, 0, false }

@@ -1,0 +1,251 @@
+//go:build linux
+
+package executor
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kilnci/kiln"
+)
+
+// isolatedExecutor is an executor whose steps are isolated, with a secret
+// directory (holding the work root, as an agent's state directory does)
+// and a secret file hidden from them. It skips, saying why, where this
+// host cannot isolate steps.
+func isolatedExecutor(t *testing.T) (x *Executor, secretDir, secretFile string) {
+	t.Helper()
+	base := t.TempDir()
+	secretDir = filepath.Join(base, "state")
+	secretFile = filepath.Join(base, "token")
+	writeFile(t, filepath.Join(secretDir, "agent-id"), "kat_in_the_state_dir\n")
+	writeFile(t, secretFile, "kat_in_a_file\n")
+	var logged bytes.Buffer
+	x, err := New(Config{
+		WorkRoot:      filepath.Join(secretDir, "work"),
+		GracePeriod:   500 * time.Millisecond,
+		BatchInterval: 20 * time.Millisecond,
+		BaseEnv:       testEnv(),
+		Isolation:     Isolation{Mode: IsolationRequired, Hide: []string{secretDir, secretFile}},
+		Logger:        slog.New(slog.NewTextHandler(&logged, nil)),
+	})
+	if err != nil {
+		t.Skipf("SKIPPED: this host cannot isolate steps: %v", err)
+	}
+	if !strings.Contains(logged.String(), "steps run in their own PID, mount and user namespaces") {
+		t.Fatalf("New did not say steps are isolated; it logged:\n%s", logged.String())
+	}
+	return x, secretDir, secretFile
+}
+
+// An isolated step sees only its own processes (the test process is
+// neither visible nor signalable, nor is any process of the host), reads
+// the hidden directory as empty and the hidden file as empty, cannot undo
+// the covers even as root, finds no block device to read, and still works
+// in its own job directory under the hidden one: $KILN_ENV and
+// $KILN_OUTPUT carry values on.
+func TestIsolatedStepCannotSeeTheHost(t *testing.T) {
+	t.Parallel()
+	x, secretDir, secretFile := isolatedExecutor(t)
+	self := os.Getpid()
+	res, rec := runJob(t, x, &Job{JobID: "iso", Steps: []Step{
+		{Name: "attack", Run: `
+set +e
+echo "procs: $(ls /proc | grep -c '^[0-9]')"
+if [ -e /proc/` + strconv.Itoa(self) + `/cmdline ] && grep -q executor /proc/` + strconv.Itoa(self) + `/cmdline; then echo "SEES the agent"; fi
+if kill -0 ` + strconv.Itoa(self) + ` 2>/dev/null; then echo "SIGNALS the agent"; fi
+p=kat
+if grep -rqs "${p}_in_" ` + secretDir + ` ` + secretFile + `; then echo "READS a secret"; fi
+for e in $(ls -A ` + secretDir + `); do [ "$e" = work ] || echo "LISTS $e"; done
+umount ` + secretDir + ` 2>/dev/null && echo "UNMOUNTED the cover"
+umount -l ` + secretFile + ` 2>/dev/null && echo "UNMOUNTED the file cover"
+if grep -rqs "${p}_in_" ` + secretDir + ` ` + secretFile + `; then echo "READS a secret after umount"; fi
+for d in $(find /dev -type b 2>/dev/null); do
+  if [ -n "$(head -c 512 $d 2>/dev/null | tr -d '\0')" ]; then echo "READS block device $d"; fi
+done
+echo "uid $(id -u)"
+echo "FOO=bar" >> "$KILN_ENV"
+echo "v=1" >> "$KILN_OUTPUT"
+echo finished
+`},
+		{Name: "next", Run: `test "$FOO" = bar && echo "env carried"`},
+	}})
+	wantStatuses(t, res, success, success)
+	log := rec.text(0)
+	t.Logf("the step saw:\n%s", log)
+	for _, bad := range []string{"SEES", "SIGNALS", "READS", "LISTS", "UNMOUNTED"} {
+		if strings.Contains(log, bad) {
+			t.Errorf("the isolated step %s", log[strings.Index(log, bad):])
+		}
+	}
+	if !strings.Contains(log, "finished") || !strings.Contains(rec.text(1), "env carried") || res.Outputs["v"] != "1" {
+		t.Fatalf("the job did not run as usual: outputs %v, logs %q %q", res.Outputs, log, rec.text(1))
+	}
+	if !strings.Contains(log, "uid "+strconv.Itoa(os.Geteuid())) {
+		t.Errorf("the step does not run as the agent's user: %q", log)
+	}
+	if n := procCount(log); n < 1 || n > 5 {
+		t.Errorf("the step sees %d processes, want only its own few", n)
+	}
+}
+
+func procCount(log string) int {
+	for _, l := range strings.Split(log, "\n") {
+		if s, ok := strings.CutPrefix(l, "procs: "); ok {
+			n, _ := strconv.Atoi(s)
+			return n
+		}
+	}
+	return -1
+}
+
+// A root agent's isolated steps stay root for what root does to files —
+// chown to any user, write root's files — so jobs that install packages
+// keep working.
+func TestIsolatedRootStepKeepsRootOverFiles(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: needs root")
+	}
+	x, _, _ := isolatedExecutor(t)
+	dir := t.TempDir()
+	res, rec := runJob(t, x, &Job{JobID: "root", Steps: []Step{{Run: `
+touch ` + dir + `/f
+chown 1234:5678 ` + dir + `/f
+id -u
+`}}})
+	wantStatuses(t, res, success)
+	fi, err := os.Stat(filepath.Join(dir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1234 || st.Gid != 5678 {
+		t.Fatalf("the file belongs to %d:%d, want 1234:5678", st.Uid, st.Gid)
+	}
+	if !strings.Contains(rec.text(0), "0\n") {
+		t.Fatalf("id -u said %q", rec.text(0))
+	}
+}
+
+// A working directory the step names in a hidden directory leads to the
+// cover, not under it: the supervisor enters it again by name once the
+// covers are in place.
+func TestIsolatedWorkingDirectoryCannotReachUnderACover(t *testing.T) {
+	t.Parallel()
+	x, secretDir, _ := isolatedExecutor(t)
+	res, rec := runJob(t, x, &Job{JobID: "wd", Steps: []Step{
+		{Run: "ls -A; cat agent-id 2>&1 || true", WorkingDirectory: secretDir},
+	}})
+	wantStatuses(t, res, success)
+	if log := rec.text(0); strings.Contains(log, "kat_") || strings.Contains(log, "agent-id\n") {
+		t.Fatalf("the step read the hidden directory through its working directory: %q", log)
+	}
+}
+
+// $KILN_OUTPUT, $KILN_ENV and $KILN_PATH are read only while they are
+// still regular files: a FIFO in their place (which would block the read,
+// and the agent's slot, forever) or a symlink to a file the step may not
+// read fails the step with the reason, and the job ends.
+func TestStepFilesMustStayRegularFiles(t *testing.T) {
+	t.Parallel()
+	secret := filepath.Join(t.TempDir(), "secret")
+	writeFile(t, secret, "version=kat_secret\n")
+	for name, script := range map[string]string{
+		"fifo output": `rm "$KILN_OUTPUT"; mkfifo "$KILN_OUTPUT"`,
+		"fifo env":    `rm "$KILN_ENV"; mkfifo "$KILN_ENV"`,
+		"fifo path":   `rm "$KILN_PATH"; mkfifo "$KILN_PATH"`,
+		"symlink":     `ln -sf ` + secret + ` "$KILN_OUTPUT"`,
+		"dir symlink": `m=$(dirname "$KILN_OUTPUT"); mv "$m" "$m.real"; ln -s ` + filepath.Dir(secret) + ` "$m"; cp ` + secret + ` ` + filepath.Dir(secret) + `/$(basename "$KILN_OUTPUT")`,
+		"device":      `rm "$KILN_OUTPUT"; ln -s /dev/zero "$KILN_OUTPUT"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			x := newExecutor(t)
+			done := make(chan Result, 1)
+			var rec *recorder
+			go func() {
+				res, r := runJob(t, x, &Job{JobID: "files", Steps: []Step{{Run: script}}})
+				rec = r
+				done <- res
+			}()
+			var res Result
+			select {
+			case res = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the job hangs on the step's file")
+			}
+			if strings.Contains(rec.allText(), "kat_secret") || res.Outputs["version"] != "" {
+				t.Fatalf("the agent followed the step's link: outputs %v", res.Outputs)
+			}
+			if name == "dir symlink" {
+				return // the agent reads the real, empty file: nothing to refuse
+			}
+			if res.Status != kiln.JobFailed || !strings.Contains(res.Error, "regular file") {
+				t.Fatalf("job %s (%s), want a failure saying the file is not a regular file", res.Status, res.Error)
+			}
+		})
+	}
+}
+
+// hashFiles() skips nothing silently and hangs on nothing: a FIFO among
+// the matches fails the expression instead of blocking the job.
+func TestHashFilesRefusesAFIFO(t *testing.T) {
+	t.Parallel()
+	x := newExecutor(t)
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := runJob(t, x, &Job{JobID: "hash", Steps: []Step{
+			{Run: "mkfifo pipe.lock"},
+			{Run: "echo ${{ hashFiles('*.lock') }}"},
+		}})
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		if res.Status != kiln.JobFailed || !strings.Contains(res.Error, "not a regular file") {
+			t.Fatalf("job %s (%s)", res.Status, res.Error)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("hashFiles hangs on a FIFO")
+	}
+}
+
+// The work root must be the agent user's own: one another user made (and
+// so controls) is refused, and a wider mode is narrowed to 0700.
+func TestWorkRootMustBelongToTheAgentUser(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "work")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	newExecutor(t, func(c *Config) { c.WorkRoot = dir })
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the work root's mode: %v %v, want 0700", fi.Mode(), err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{WorkRoot: link, BaseEnv: testEnv()}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("a symlinked work root: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{WorkRoot: dir, BaseEnv: testEnv()}); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Fatalf("a work root of another user: %v", err)
+	}
+}
