@@ -25,7 +25,7 @@ func TestAgentUsageErrors(t *testing.T) {
 		{"no server", nil, []string{"agent", "--token", "kat_x"}, "the orchestrator URL is missing (--server or KILN_AGENT_SERVER)"},
 		{"bad scheme", nil, []string{"agent", "--server", "ftp://ci", "--token", "kat_x"}, "must start with ws://, wss://, http:// or https://"},
 		{"bad env URL", map[string]string{"KILN_AGENT_SERVER": "ci.example.com:8080", "KILN_AGENT_TOKEN": "kat_x"}, []string{"agent"}, `"ci.example.com:8080" must start with`},
-		{"no token", map[string]string{"KILN_AGENT_SERVER": "http://127.0.0.1:1"}, []string{"agent"}, "the agent token is missing (--token or KILN_AGENT_TOKEN)"},
+		{"no token", map[string]string{"KILN_AGENT_SERVER": "http://127.0.0.1:1"}, []string{"agent"}, "the agent token is missing (--token-file, KILN_AGENT_TOKEN or --token)"},
 		{"bad max jobs env", map[string]string{"KILN_AGENT_MAX_JOBS": "many"}, []string{"agent", "--server", "http://h:1", "--token", "t"}, `KILN_AGENT_MAX_JOBS="many" is not a number`},
 		{"zero max jobs", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--max-jobs", "0"}, "max jobs must be at least 1, not 0"},
 		{"huge max jobs", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--max-jobs", "2000"}, "max jobs must be between 1 and 1024"},

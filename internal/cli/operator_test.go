@@ -11,12 +11,18 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+func TestMain(m *testing.M) {
+	// `kiln agent` run in-process starts step supervisors (one at start,
+	// to learn whether steps can be isolated): this test binary.
+	executor.MaybeRunShim()
+	os.Exit(storetest.Main(m))
+}
 
 // opHarness is an API server for the operator commands.
 type opHarness struct {

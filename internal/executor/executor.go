@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -127,38 +128,66 @@ func (c Config) withDefaults() (Config, error) {
 type Executor struct {
 	cfg     Config
 	baseEnv []string
-	sandbox *sandbox
+	sandbox *sandbox      // read once settled is closed
+	settled chan struct{} // the isolation probe has finished
 }
 
 // New returns an Executor, creating Config.WorkRoot if needed. With
-// Config.Isolation on, it starts one step supervisor to learn whether this
-// host can isolate steps, and logs the answer: where it cannot, auto mode
-// logs a warning and runs steps unisolated, required mode fails.
+// Config.Isolation on, one step supervisor is started to learn whether
+// this host can isolate steps, and the answer logged: in required mode New
+// waits for it and fails where steps cannot be isolated; in auto mode it
+// does not wait (jobs do), and where they cannot, it logs a warning and
+// steps run unisolated.
 func New(cfg Config) (*Executor, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	x := &Executor{cfg: cfg, baseEnv: SanitizeEnv(cfg.BaseEnv)}
+	x := &Executor{cfg: cfg, baseEnv: SanitizeEnv(cfg.BaseEnv), settled: make(chan struct{})}
 	if u := cfg.Isolation.StepUser; u != nil {
 		x.baseEnv = stepUserEnv(x.baseEnv, u)
 	}
-	sb, err := newSandbox(cfg.Isolation, cfg.ShimPath, x.baseEnv)
-	var unisolated *isolationError
-	switch {
-	case errors.As(err, &unisolated) && cfg.Isolation.Mode == IsolationAuto:
-		cfg.Logger.Warn("steps are NOT isolated: they can see the agent's processes and every file its user can read; see docs/security.md", "reason", unisolated.err.Error())
-	case err != nil:
+	// The work root is hidden too: a step sees its own job's directory,
+	// not its neighbours'.
+	iso := cfg.Isolation
+	iso.Hide = append(slices.Clone(iso.Hide), cfg.WorkRoot)
+	if x.sandbox, err = newSandbox(iso); err != nil {
 		return nil, err
-	}
-	x.sandbox = sb
-	if d := sb.describe(); d != "" {
-		cfg.Logger.Info(d)
 	}
 	if err := prepareWorkRoot(cfg.WorkRoot, cfg.Isolation.StepUser); err != nil {
 		return nil, err
 	}
+	if cfg.Isolation.Mode == IsolationRequired {
+		if err := x.settle(); err != nil {
+			return nil, err
+		}
+		return x, nil
+	}
+	go x.settle()
 	return x, nil
+}
+
+// settle probes the sandbox and says what steps get.
+func (x *Executor) settle() error {
+	defer close(x.settled)
+	err := x.sandbox.settle(x.cfg.ShimPath, x.baseEnv)
+	var unisolated *isolationError
+	if errors.As(err, &unisolated) && x.cfg.Isolation.Mode != IsolationRequired {
+		x.cfg.Logger.Warn("steps are NOT isolated: they can see the agent's processes and every file its user can read; see docs/security.md", "reason", unisolated.err.Error())
+		err = nil
+	}
+	if err == nil {
+		if d := x.sandbox.describe(); d != "" {
+			x.cfg.Logger.Info(d)
+		}
+	}
+	return err
+}
+
+// sandboxFor is the sandbox commands start in, once it is settled.
+func (x *Executor) sandboxFor() *sandbox {
+	<-x.settled
+	return x.sandbox
 }
 
 // Execution is one job running. Its methods are safe for concurrent use.

@@ -115,9 +115,9 @@ func LookupUser(spec string) (*User, error) {
 	return su, nil
 }
 
-// hidden returns the paths to hide, absolute, cleaned, with symlinks
+// hiddenPaths returns the paths to hide, absolute, cleaned, with symlinks
 // resolved (a step that found the link would otherwise reach the target),
-// without duplicates and parents first.
+// in order, without those a hidden directory covers already.
 func hiddenPaths(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
@@ -137,7 +137,13 @@ func hiddenPaths(paths []string) ([]string, error) {
 		out = append(out, abs)
 	}
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	kept := out[:0]
+	for _, p := range out {
+		if len(kept) == 0 || !under(p, kept[len(kept)-1]) {
+			kept = append(kept, p)
+		}
+	}
+	return kept, nil
 }
 
 // under reports whether path is dir or lies inside it.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -247,5 +248,95 @@ func TestWorkRootMustBelongToTheAgentUser(t *testing.T) {
 	}
 	if _, err := New(Config{WorkRoot: dir, BaseEnv: testEnv()}); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
 		t.Fatalf("a work root of another user: %v", err)
+	}
+}
+
+// With a step user, the checkout and the steps run as that user, in a job
+// directory it owns, with its HOME; the meta directory stays the agent's
+// (the step uses the files made for it but cannot add any), and files only
+// the agent's user may read stay out of reach — with and without
+// namespaces.
+func TestStepUserRunsStepsAsAnotherUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: a step user needs a root agent")
+	}
+	nobody := &User{Name: "nobody", UID: 65534, GID: 65534, Home: "/"}
+	for _, mode := range []IsolationMode{IsolationOff, IsolationRequired} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			base := t.TempDir()
+			for d := base; d != "/"; d = filepath.Dir(d) {
+				if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+					os.Chmod(d, fi.Mode().Perm()|0o011)
+				}
+			}
+			private := filepath.Join(base, "private")
+			writeFile(t, private, "kat_private\n")
+			os.Chmod(private, 0o600)
+			x, err := New(Config{
+				WorkRoot: filepath.Join(base, "work"), BaseEnv: testEnv(), GracePeriod: 500 * time.Millisecond,
+				Isolation: Isolation{Mode: mode, StepUser: nobody},
+			})
+			if err != nil {
+				if mode == IsolationRequired {
+					t.Skipf("SKIPPED: %v", err)
+				}
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(filepath.Join(base, "work")); err != nil || fi.Mode().Perm() != 0o711 {
+				t.Fatalf("the work root with a step user: %v %v, want 0711", fi.Mode(), err)
+			}
+			res, rec := runJob(t, x, &Job{JobID: "u", Steps: []Step{{Run: `
+set +e
+echo "uid $(id -u) home $HOME"
+cat ` + private + ` 2>/dev/null && echo "READ the agent's file"
+touch "$(dirname "$KILN_OUTPUT")/planted" 2>/dev/null && echo "PLANTED in meta"
+touch "$KILN_WORKSPACE/built" && echo "built"
+echo "v=1" >> "$KILN_OUTPUT"
+`}}})
+			wantStatuses(t, res, success)
+			log := rec.text(0)
+			if !strings.Contains(log, "uid 65534 home /") || !strings.Contains(log, "built") || res.Outputs["v"] != "1" {
+				t.Fatalf("outputs %v, log:\n%s", res.Outputs, log)
+			}
+			if strings.Contains(log, "READ") || strings.Contains(log, "PLANTED") {
+				t.Fatalf("the step user reached the agent's files:\n%s", log)
+			}
+		})
+	}
+}
+
+func TestHiddenPathsAreCleanAndMinimal(t *testing.T) {
+	got, err := hiddenPaths([]string{"/srv/state/work", "/srv/state", "/srv/state/", "/srv/data/../data2", "", "/srv/statefile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/srv/data2", "/srv/state", "/srv/statefile"}; !slices.Equal(got, want) {
+		t.Fatalf("hidden %v, want %v", got, want)
+	}
+	if _, err := hiddenPaths([]string{"/"}); err == nil {
+		t.Fatal("hiding / was accepted")
+	}
+}
+
+// A step sees its own job's directory in the work root, not the other
+// jobs' (which belong to the same user).
+func TestIsolatedStepSeesOnlyItsOwnJobDirectory(t *testing.T) {
+	t.Parallel()
+	work := filepath.Join(t.TempDir(), "work")
+	x, err := New(Config{WorkRoot: work, BaseEnv: testEnv(), Isolation: Isolation{Mode: IsolationRequired}})
+	if err != nil {
+		t.Skipf("SKIPPED: this host cannot isolate steps: %v", err)
+	}
+	first, _ := runJob(t, x, &Job{JobID: "first", KeepWorkspace: true, Steps: []Step{{Run: "echo secret > notes"}}})
+	if first.Workspace == "" {
+		t.Fatalf("the first job kept no workspace: %+v", first)
+	}
+	res, rec := runJob(t, x, &Job{JobID: "second", Steps: []Step{{Run: `ls -A ` + work + ` | sed 's/^/LS /'; cat ` + first.Workspace + `/notes 2>/dev/null || true`}}})
+	wantStatuses(t, res, success)
+	log := rec.text(0)
+	if strings.Contains(log, "LS job-first") || strings.Contains(log, "secret\n") || !strings.Contains(log, "LS job-second") {
+		t.Fatalf("the second job's step saw the work root as:\n%s", log)
 	}
 }

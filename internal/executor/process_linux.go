@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -49,13 +50,16 @@ func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []strin
 			Stderr:      stderr,
 			SysProcAttr: sb.attr(),
 		}
-		if err := cmd.Start(); err != nil {
+		release := sb.holdDumpable()
+		err := cmd.Start()
+		release()
+		if err != nil {
 			started <- err
 			return
 		}
 		p.cmd = cmd
 		started <- nil
-		err := cmd.Wait()
+		err = cmd.Wait()
 		var exit *exec.ExitError
 		switch {
 		case err == nil:
@@ -131,4 +135,44 @@ func fileOwnerGroup(fi os.FileInfo) (uid, gid int, ok bool) {
 		return 0, 0, false
 	}
 	return int(st.Uid), int(st.Gid), true
+}
+
+// The agent makes itself undumpable (its /proc files then belong to root),
+// but a non-root agent must write the user-ID maps of the supervisor it
+// starts in a new user namespace, under /proc/<child>, and the child is
+// undumpable too until it runs the kiln binary. So while such a supervisor
+// starts, the agent is dumpable again. Its steps do not notice: they run in
+// PID namespaces of their own, where the agent does not exist.
+var dumpable struct {
+	sync.Mutex
+	holds   int
+	restore bool // the process was undumpable before the first hold
+}
+
+const prGetDumpable = 3 // PR_GET_DUMPABLE from <linux/prctl.h>
+
+// holdDumpable makes the process dumpable while a rootless supervisor
+// starts; call the returned function once it has.
+func (sb *sandbox) holdDumpable() (release func()) {
+	if sb == nil || !sb.isolate || !sb.rootless {
+		return func() {}
+	}
+	dumpable.Lock()
+	if dumpable.holds == 0 {
+		v, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, prGetDumpable, 0, 0)
+		dumpable.restore = v == 0
+		if dumpable.restore {
+			syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 1, 0)
+		}
+	}
+	dumpable.holds++
+	dumpable.Unlock()
+	return func() {
+		dumpable.Lock()
+		defer dumpable.Unlock()
+		dumpable.holds--
+		if dumpable.holds == 0 && dumpable.restore {
+			syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0)
+		}
+	}
 }

@@ -14,17 +14,29 @@ type process struct {
 	exitCode int
 }
 
-type sandbox struct{}
+type sandbox struct{ isolate bool }
 
-func newSandbox(iso Isolation, shimPath string, env []string) (*sandbox, error) {
+func newSandbox(iso Isolation) (*sandbox, error) {
 	if iso.StepUser != nil {
 		return nil, errUnsupported
 	}
-	if iso.Mode == IsolationAuto || iso.Mode == IsolationRequired {
-		return &sandbox{}, errUnsupported
-	}
-	return &sandbox{}, nil
+	return &sandbox{isolate: iso.Mode == IsolationAuto || iso.Mode == IsolationRequired}, nil
 }
+
+func (sb *sandbox) settle(shimPath string, env []string) error {
+	if sb.isolate {
+		sb.isolate = false
+		return &isolationError{err: errUnsupported}
+	}
+	return nil
+}
+
+type isolationError struct{ err error }
+
+func (e *isolationError) Error() string {
+	return "steps cannot be isolated on this host: " + e.err.Error()
+}
+func (e *isolationError) Unwrap() error { return e.err }
 
 func (sb *sandbox) describe() string { return "" }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,9 +27,9 @@ type sandbox struct {
 }
 
 // newSandbox checks the isolation settings against this process: a step
-// user needs root, namespaces need a kernel that allows them (probed by
-// running a supervisor that sets everything up).
-func newSandbox(iso Isolation, shimPath string, env []string) (*sandbox, error) {
+// user needs root. Whether the kernel allows the namespaces is for
+// settle to find out.
+func newSandbox(iso Isolation) (*sandbox, error) {
 	sb := &sandbox{uid: os.Geteuid(), gid: os.Getegid(), user: iso.StepUser}
 	sb.rootless = sb.uid != 0
 	if sb.user != nil && sb.rootless {
@@ -46,11 +47,20 @@ func newSandbox(iso Isolation, shimPath string, env []string) (*sandbox, error) 
 		return nil, err
 	}
 	sb.isolate, sb.hide = true, hide
+	return sb, nil
+}
+
+// settle probes an isolating sandbox; where the host cannot isolate steps
+// it turns isolation off and returns why.
+func (sb *sandbox) settle(shimPath string, env []string) error {
+	if !sb.isolate {
+		return nil
+	}
 	if err := sb.probe(shimPath, env); err != nil {
 		sb.isolate, sb.hide = false, nil
-		return sb, &isolationError{err: err}
+		return &isolationError{err: err}
 	}
-	return sb, nil
+	return nil
 }
 
 // isolationError says why steps cannot be isolated on this host.
@@ -62,8 +72,12 @@ func (e *isolationError) Error() string {
 func (e *isolationError) Unwrap() error { return e.err }
 
 // probe starts one supervisor with the full setup, which runs the kiln
-// binary itself as its command (it exits at once, see MaybeRunShim).
+// binary itself as its command (it exits at once, see MaybeRunShim). It
+// runs it as the agent's user: whether the step user may run the kiln
+// binary is no question of isolation.
 func (sb *sandbox) probe(shimPath string, env []string) error {
+	probe := *sb
+	probe.user = nil
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -74,7 +88,7 @@ func (sb *sandbox) probe(shimPath string, env []string) error {
 		b, _ := io.ReadAll(io.LimitReader(r, 4096))
 		msg <- b
 	}()
-	p, err := startProcess(shimPath, sb, "", []string{shimPath, probeArg}, env, "/", w, w)
+	p, err := startProcess(shimPath, &probe, "", []string{shimPath, probeArg}, env, "/", w, w)
 	w.Close()
 	if err != nil {
 		return err
@@ -134,15 +148,13 @@ func (sb *sandbox) attr() *syscall.SysProcAttr {
 func (sb *sandbox) describe() string {
 	var parts []string
 	if sb.isolate {
-		parts = append(parts, "steps run in their own PID, mount and user namespaces; hidden from them: "+strings.Join(append(slicesClone(sb.hide), "block devices"), ", "))
+		parts = append(parts, "steps run in their own PID, mount and user namespaces; hidden from them: "+strings.Join(append(slices.Clone(sb.hide), "block devices"), ", "))
 	}
 	if sb.user != nil {
 		parts = append(parts, fmt.Sprintf("steps run as user %s (uid %d)", sb.user.Name, sb.user.UID))
 	}
 	return strings.Join(parts, "; ")
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 // formatCred is uid:gid[:group,group…] for the shim's --user.
 func formatCred(u *User) string {

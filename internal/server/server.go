@@ -86,8 +86,8 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		opts.Clock = time.Now
 	}
 	started := time.Now()
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return fmt.Errorf("data_dir: %w", err)
+	if err := secureDataDir(cfg, log); err != nil {
+		return err
 	}
 	db, err := store.Open(ctx, storeConfig(cfg, opts.Clock, log))
 	if err != nil {
