@@ -30,6 +30,11 @@ const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER from <linux/prctl.h>
 // SIGKILLs the group. Once the command has exited, it SIGKILLs every
 // descendant still alive, reaps them all and exits with the command's
 // status (128+n if signal n killed it).
+//
+// With --isolate the executor has started it as the first process of new
+// PID and mount namespaces, and it sets up what the step may see before
+// starting it (shimOptions.enterSandbox); being pid 1 there, its exit also
+// makes the kernel kill whatever of the step is left.
 func MaybeRunShim() {
 	if len(os.Args) < 2 {
 		return
