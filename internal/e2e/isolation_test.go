@@ -155,15 +155,58 @@ jobs:
 	}
 }
 
+// Where steps are not isolated (here on purpose: --isolation off), a step
+// of the agent's own unprivileged user still cannot read the agent's
+// environment, where its token is: the agent is undumpable. (It can see
+// the agent; that is what isolation adds.)
+func TestUnisolatedStepCannotReadTheAgentEnvironment(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{Name: "unisolated"})
+	stateDir := scratchDir(t)
+	agent := startAgentAs(t, s.URL, secret, stateDir, "--isolation", "off")
+	waitConnected(t, s.Client, agentIDIn(t, stateDir))
+	r := newRepo(t, map[string]string{workflow("peek"): `on: push
+jobs:
+  peek:
+    runs_on: [unprivileged]
+    steps:
+      - run: |
+          set +e
+          echo "uid $(id -u)"
+          grep -q kiln /proc/` + strconv.Itoa(agent.pid()) + `/cmdline && echo "sees the agent"
+          tr '\0' '\n' < /proc/` + strconv.Itoa(agent.pid()) + `/environ | grep -o 'kat_[a-z0-9]\{16,\}' | sed 's/^/FOUND /'
+          echo done
+`})
+	for d := r.dir; d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o055)
+		}
+	}
+	addLocalSource(t, s.Client, "app", r.dir)
+	run := waitRun(t, s.Client, triggerOne(t, s.Client, "app").ID, time.Minute)
+	log := strings.Join(texts(logLines(t, s.Client, run.ID, "peek", intp(0))), "\n")
+	t.Logf("the step:\n%s", log)
+	if run.Status != kiln.RunSuccess || !strings.Contains(log, "done") || !strings.Contains(log, "sees the agent") {
+		t.Fatalf("%s", describeRun(run))
+	}
+	if strings.Contains(log, secret) || strings.Contains(log, "FOUND") {
+		t.Fatalf("an unisolated step of the agent's user read the agent's environment")
+	}
+	if !strings.Contains(agent.log.String(), "steps are NOT isolated (isolation off)") {
+		t.Fatalf("the agent did not warn that steps are not isolated:\n%s", agent.log.String())
+	}
+}
+
 // startAgentAs starts `kiln agent` (label "unprivileged", its id kept in
 // stateDir) as an unprivileged user: nobody when the tests run as
 // root, else the tests' own user.
-func startAgentAs(t testing.TB, url, token, stateDir string) *proc {
+func startAgentAs(t testing.TB, url, token, stateDir string, extra ...string) *proc {
 	t.Helper()
 	home := scratchDir(t)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + home, "LANG=C",
 		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1", "KILN_AGENT_TOKEN=" + token}
-	args := []string{"agent", "--server", url, "--state-dir", stateDir, "--labels", "unprivileged"}
+	args := append([]string{"agent", "--server", url, "--state-dir", stateDir, "--labels", "unprivileged"}, extra...)
 	p := &proc{name: "agent-unprivileged", log: newLogFile(t, "agent-unprivileged"), done: make(chan struct{})}
 	p.cmd = exec.Command(kilnBin, args...)
 	p.cmd.Env = env
