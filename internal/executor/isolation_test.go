@@ -4,8 +4,12 @@ package executor
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -339,4 +343,102 @@ func TestIsolatedStepSeesOnlyItsOwnJobDirectory(t *testing.T) {
 	if strings.Contains(log, "LS job-first") || strings.Contains(log, "secret\n") || !strings.Contains(log, "LS job-second") {
 		t.Fatalf("the second job's step saw the work root as:\n%s", log)
 	}
+}
+
+// An isolated step's processes die with the agent, as an unisolated
+// step's do (TestAgentDeathKillsSteps), for a root agent and for an
+// unprivileged one: the supervisor gets its parent-death signal through
+// the namespaces, and being their pid 1, takes every process of the step
+// with it.
+func TestAgentDeathKillsIsolatedSteps(t *testing.T) {
+	t.Parallel()
+	users := map[string]*syscall.Credential{"as this user": nil}
+	if os.Geteuid() == 0 {
+		users["unprivileged"] = &syscall.Credential{Uid: 65534, Gid: 65534}
+	} else {
+		fmt.Fprintln(os.Stderr, "TestAgentDeathKillsIsolatedSteps: NOT RUN AS ROOT, so the root agent's case is SKIPPED")
+	}
+	// The stand-in agent is a copy of this test binary that every user
+	// may run (the build directory is private).
+	binDir := t.TempDir()
+	for d := binDir; d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o011)
+		}
+	}
+	bin := filepath.Join(binDir, "executor.test")
+	exe, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for name, cred := range users {
+		n++
+		marker := fmt.Sprintf("sleep 3137%d", n)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			for d := dir; d != "/"; d = filepath.Dir(d) {
+				if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+					os.Chmod(d, fi.Mode().Perm()|0o011)
+				}
+			}
+			job := Job{JobID: "j", Steps: []Step{{Run: "sleep 31379 & (setsid " + marker + " &); echo ready > ready; " + marker}}}
+			b, _ := json.Marshal(job)
+			jobFile := filepath.Join(dir, "job.json")
+			if err := os.WriteFile(jobFile, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if cred != nil {
+				os.Chown(dir, int(cred.Uid), int(cred.Gid))
+			}
+			var out bytes.Buffer
+			var cmd *exec.Cmd
+			// Another test's fork may still hold the copy open for
+			// writing for a moment (ETXTBSY).
+			for tries := 0; ; tries++ {
+				cmd = exec.Command(bin, "-test.run=^$")
+				cmd.Env = append(testEnv(), agentHelperEnv+"="+jobFile, isolateHelperEnv+"=1")
+				cmd.Stdout, cmd.Stderr = &out, &out
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+				err := cmd.Start()
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, syscall.ETXTBSY) || tries > 50 {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			exited := make(chan struct{})
+			go func() { cmd.Wait(); close(exited) }()
+			waitFor(t, "the step to run "+marker, 30*time.Second, func() bool {
+				select {
+				case <-exited:
+					t.Fatalf("the stand-in agent exited: %s", out.String())
+				default:
+				}
+				return len(procsWith(marker)) == 2
+			})
+			cmd.Process.Kill()
+			<-exited
+			waitFor(t, "the step's processes to die with the agent", 10*time.Second, func() bool { return len(procsWith(marker)) == 0 })
+		})
+	}
+}
+
+// procsWith lists the live processes whose command line holds marker.
+func procsWith(marker string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && alive(pid, marker) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
