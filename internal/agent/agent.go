@@ -58,6 +58,13 @@ func (e *fatalError) Unwrap() error { return e.err }
 // person who started the agent.
 func Run(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
+	if cfg.Token == "" && cfg.TokenFile != "" {
+		token, err := readTokenFile(cfg.TokenFile)
+		if err != nil {
+			return kiln.Errorf(kiln.CodeInvalid, "%s", err.Error())
+		}
+		cfg.Token = token
+	}
 	if err := cfg.validate(); err != nil {
 		return kiln.Errorf(kiln.CodeInvalid, "%s", err.Error())
 	}

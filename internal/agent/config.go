@@ -46,12 +46,19 @@ type Config struct {
 	// Server is the orchestrator: ws://host:port/ws, wss://…, or
 	// http(s)://host:port, to which /ws is appended.
 	Server string
-	// Token is the agent token (kat_…) sent in the auth frame.
+	// Token is the agent token (kat_…) sent in the auth frame. It is read
+	// once and never passed to a step.
 	Token string
+	// TokenFile, when Token is empty, holds the token on its first line;
+	// it must be private to the agent's user (mode 0600). Steps cannot
+	// see it when they are isolated.
+	TokenFile string
 	// ID is the agent id. Empty: the id kept in StateDir, generated on the
 	// first start as <hostname>-<random>.
 	ID string
-	// StateDir keeps the agent's id across restarts (DefaultStateDir).
+	// StateDir keeps the agent's id across restarts (DefaultStateDir),
+	// and the work root unless Executor.WorkRoot names one. Steps cannot
+	// see it when they are isolated, but for their own job's directory.
 	StateDir string
 	// Labels are the declared labels; the OS and architecture are added.
 	Labels []string
@@ -83,7 +90,9 @@ type Config struct {
 
 	// Runner prepares and runs the jobs; nil runs them with the executor,
 	// configured by Executor (its BaseEnv defaults to this process's
-	// environment, without the agent's settings).
+	// environment, without the agent's settings; its WorkRoot to "work" in
+	// StateDir; its Isolation, off unless set, hides StateDir and
+	// TokenFile from steps).
 	Runner   Runner
 	Executor executor.Config
 	// Drain, when closed, drains the agent: running jobs finish, new ones
@@ -127,7 +136,7 @@ func (c Config) validate() error {
 		return err
 	}
 	if c.Token == "" {
-		return errors.New("the agent token is missing (--token or KILN_AGENT_TOKEN)")
+		return errNoToken
 	}
 	if len(c.Token) > proto.MaxTokenLen || strings.ContainsAny(c.Token, " \t\r\n") {
 		return fmt.Errorf("the agent token must be one word of at most %d bytes", proto.MaxTokenLen)

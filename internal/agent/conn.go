@@ -29,6 +29,17 @@ type session struct {
 	finished bool
 }
 
+// noRedirects is the HTTP client the agent dials with. The token goes in
+// the first frame after the upgrade, to whoever answered it: a redirect
+// (from a misconfigured proxy, or anyone who can answer for the
+// orchestrator's address) would send it to another host, so the agent
+// refuses to follow one and says so.
+var noRedirects = &http.Client{
+	CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		return fmt.Errorf("the orchestrator redirected to %s; the agent does not follow redirects: give --server the final URL", req.URL.Redacted())
+	},
+}
+
 // session dials, authenticates and registers, then serves the connection
 // until it ends. registered says whether registration succeeded (the backoff
 // resets then).
@@ -40,6 +51,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 	defer context.AfterFunc(a.stopCtx, cancel)()
 	conn, _, err := websocket.Dial(hctx, a.url, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"kiln-agent/" + a.cfg.Version}},
+		HTTPClient: noRedirects,
 	})
 	if err != nil {
 		return false, fmt.Errorf("connect to %s: %w", a.url, err)

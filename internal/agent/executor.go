@@ -25,6 +25,16 @@ func newDefaultRunner(cfg Config) (Runner, error) {
 		xc.BaseEnv = os.Environ()
 	}
 	xc.BaseEnv = withoutAgentEnv(xc.BaseEnv)
+	xc.Isolation = stepIsolation(cfg)
+	if xc.WorkRoot == "" {
+		if err := prepareStateDir(cfg.StateDir, xc.Isolation.StepUser); err != nil {
+			return nil, err
+		}
+		xc.WorkRoot = defaultWorkRoot(cfg.StateDir)
+	}
+	if xc.Isolation.Mode == executor.IsolationOff {
+		cfg.Logger.Warn("steps are NOT isolated (isolation off): they can see the agent's processes and every file its user can read; see docs/security.md")
+	}
 	if xc.Clock == nil {
 		xc.Clock = cfg.Clock
 	}

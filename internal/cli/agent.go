@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,20 +15,24 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/agent"
+	"github.com/kilnci/kiln/internal/executor"
 )
 
 // agentFlags are the settings of `kiln agent`; each also comes from a
 // KILN_AGENT_* environment variable, and a flag wins over its variable.
 type agentFlags struct {
-	server, token, id, labels, stateDir string
-	logFormat                           string
-	maxJobs                             int
+	server, token, tokenFile, id, labels, stateDir string
+	logFormat                                      string
+	maxJobs                                        int
+	isolation, stepUser, workDir                   string
+	hide                                           []string
 }
 
 var agentEnvNames = map[string]string{
-	"server": "KILN_AGENT_SERVER", "token": "KILN_AGENT_TOKEN", "id": "KILN_AGENT_ID",
+	"server": "KILN_AGENT_SERVER", "token": "KILN_AGENT_TOKEN", "token-file": "KILN_AGENT_TOKEN_FILE", "id": "KILN_AGENT_ID",
 	"labels": "KILN_AGENT_LABELS", "max-jobs": "KILN_AGENT_MAX_JOBS", "state-dir": "KILN_AGENT_STATE_DIR",
-	"log-format": "KILN_AGENT_LOG_FORMAT",
+	"log-format": "KILN_AGENT_LOG_FORMAT", "isolation": "KILN_AGENT_ISOLATION", "hide": "KILN_AGENT_HIDE",
+	"step-user": "KILN_AGENT_STEP_USER", "work-dir": "KILN_AGENT_WORK_DIR",
 }
 
 func newAgentCmd(e *env) *cobra.Command {
@@ -43,10 +48,23 @@ The first SIGTERM or SIGINT drains the agent: running jobs finish, new ones are
 refused, and it exits once the orchestrator has everything. A second signal
 cancels the running jobs at once and exits.
 
+Steps are isolated from the agent (--isolation auto, the default): each runs in
+its own PID, mount and user namespaces, cannot see or signal the agent or any
+other process of the host, and cannot read the state directory, the token file
+or the paths given with --hide (hide the server's data directory when the
+server shares this host). Where the host cannot do that, the agent says so
+when it starts; --isolation required refuses to start instead. See
+docs/security.md.
+
+Give the token in a private file (--token-file, mode 0600) or the environment:
+a --token on the command line is visible to every user of the host.
+
 Every flag can also be set with its environment variable; the flag wins:
-  --server KILN_AGENT_SERVER     --token KILN_AGENT_TOKEN       --id KILN_AGENT_ID
-  --labels KILN_AGENT_LABELS     --max-jobs KILN_AGENT_MAX_JOBS --state-dir KILN_AGENT_STATE_DIR
-  --log-format KILN_AGENT_LOG_FORMAT`,
+  --server KILN_AGENT_SERVER     --token-file KILN_AGENT_TOKEN_FILE  --token KILN_AGENT_TOKEN
+  --id KILN_AGENT_ID             --labels KILN_AGENT_LABELS          --max-jobs KILN_AGENT_MAX_JOBS
+  --state-dir KILN_AGENT_STATE_DIR  --work-dir KILN_AGENT_WORK_DIR   --log-format KILN_AGENT_LOG_FORMAT
+  --isolation KILN_AGENT_ISOLATION  --hide KILN_AGENT_HIDE (paths separated by ':')
+  --step-user KILN_AGENT_STEP_USER`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := agentConfig(cmd, e, f)
@@ -58,11 +76,16 @@ Every flag can also be set with its environment variable; the flag wins:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.server, "server", "", "the orchestrator: ws(s)://host:port/ws, or http(s)://host:port")
-	fl.StringVar(&f.token, "token", "", "the agent token (kat_…)")
+	fl.StringVar(&f.token, "token", "", "the agent token (kat_…); visible to every local user, prefer --token-file")
+	fl.StringVar(&f.tokenFile, "token-file", "", "a file only the agent's user can read (0600) holding the agent token")
 	fl.StringVar(&f.id, "id", "", "the agent id (default: kept in the state directory, <hostname>-<random>)")
 	fl.StringVar(&f.labels, "labels", "", "comma-separated labels; the OS and architecture are added")
 	fl.IntVar(&f.maxJobs, "max-jobs", agent.DefaultMaxJobs, "jobs to run at once")
-	fl.StringVar(&f.stateDir, "state-dir", "", "where the agent keeps its id (default $XDG_STATE_HOME/kiln-agent or ~/.local/state/kiln-agent)")
+	fl.StringVar(&f.stateDir, "state-dir", "", "where the agent keeps its id and job directories (default $XDG_STATE_HOME/kiln-agent or ~/.local/state/kiln-agent)")
+	fl.StringVar(&f.workDir, "work-dir", "", "where job directories are made (default work/ in the state directory)")
+	fl.StringVar(&f.isolation, "isolation", string(executor.IsolationAuto), "isolate steps from the agent and the host: auto, required or off")
+	fl.StringArrayVar(&f.hide, "hide", nil, "a path steps must not see, such as the server's data directory (repeatable)")
+	fl.StringVar(&f.stepUser, "step-user", "", "run steps as this user (a name or uid[:gid]) instead of the agent's; needs a root agent")
 	fl.StringVar(&f.logFormat, "log-format", "text", "the agent's log on stderr: text or json")
 	return cmd
 }
@@ -76,12 +99,16 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 		return e.getenv(agentEnvNames[flag])
 	}
 	cfg := agent.Config{
-		Server:   pick("server", f.server),
-		Token:    pick("token", f.token),
-		ID:       pick("id", f.id),
-		StateDir: pick("state-dir", f.stateDir),
-		MaxJobs:  f.maxJobs,
-		Version:  Version,
+		Server:    pick("server", f.server),
+		Token:     pick("token", f.token),
+		TokenFile: pick("token-file", f.tokenFile),
+		ID:        pick("id", f.id),
+		StateDir:  pick("state-dir", f.stateDir),
+		MaxJobs:   f.maxJobs,
+		Version:   Version,
+	}
+	if cfg.TokenFile != "" && cmd.Flags().Changed("token-file") {
+		cfg.Token = "" // the flag wins over KILN_AGENT_TOKEN
 	}
 	switch format := pick("log-format", f.logFormat); format {
 	case "", "text":
@@ -110,20 +137,59 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 	if _, err := agent.ServerURL(cfg.Server); err != nil {
 		return cfg, usageErrorf("%v", err)
 	}
-	if cfg.Token == "" {
-		return cfg, usageErrorf("the agent token is missing (--token or KILN_AGENT_TOKEN)")
+	if cfg.Token == "" && cfg.TokenFile == "" {
+		return cfg, usageErrorf("the agent token is missing (--token-file, KILN_AGENT_TOKEN or --token)")
+	}
+	if cmd.Flags().Changed("token") {
+		cfg.Logger.Warn("the agent token is on the command line, where every user of this host can read it (ps); use --token-file or KILN_AGENT_TOKEN")
 	}
 	if cfg.MaxJobs < 1 { // 0 would mean the default to agent.Config
 		return cfg, usageErrorf("max jobs must be at least 1, not %d", cfg.MaxJobs)
 	}
-	if cfg.StateDir == "" && cfg.ID == "" {
+	if cfg.StateDir == "" {
+		// The state directory also holds the work root, so an agent with
+		// an --id has one too when the environment names a place for it.
 		dir, err := agent.DefaultStateDir(e.getenv)
-		if err != nil {
+		if err != nil && cfg.ID == "" {
 			return cfg, usageErrorf("%v", err)
 		}
 		cfg.StateDir = dir
 	}
+	if err := agentIsolation(cmd, e, f, &cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// agentIsolation reads the flags that keep steps away from the agent.
+func agentIsolation(cmd *cobra.Command, e *env, f agentFlags, cfg *agent.Config) error {
+	pick := func(flag, value string) string {
+		if v := e.getenv(agentEnvNames[flag]); v != "" && !cmd.Flags().Changed(flag) {
+			return v
+		}
+		return value // the flag, or its default
+	}
+	mode, err := executor.ParseIsolationMode(pick("isolation", f.isolation))
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	iso := executor.Isolation{Mode: mode, Hide: f.hide}
+	if !cmd.Flags().Changed("hide") {
+		iso.Hide = filepath.SplitList(e.getenv(agentEnvNames["hide"]))
+	}
+	for _, p := range iso.Hide {
+		if !filepath.IsAbs(p) {
+			return usageErrorf("--hide %q: give an absolute path", p)
+		}
+	}
+	if u := pick("step-user", f.stepUser); u != "" {
+		if iso.StepUser, err = executor.LookupUser(u); err != nil {
+			return usageErrorf("%v", err)
+		}
+	}
+	cfg.Executor.Isolation = iso
+	cfg.Executor.WorkRoot = pick("work-dir", f.workDir)
+	return nil
 }
 
 // runAgent runs the agent until it ends. The first SIGTERM or SIGINT (or the
@@ -161,6 +227,7 @@ func runAgent(ctx context.Context, cfg agent.Config) error {
 			}
 		}
 	}()
+	undumpable(cfg.Logger)
 	err := agent.Run(hard, cfg)
 	switch {
 	case err == nil:

@@ -25,7 +25,7 @@ func TestAgentUsageErrors(t *testing.T) {
 		{"no server", nil, []string{"agent", "--token", "kat_x"}, "the orchestrator URL is missing (--server or KILN_AGENT_SERVER)"},
 		{"bad scheme", nil, []string{"agent", "--server", "ftp://ci", "--token", "kat_x"}, "must start with ws://, wss://, http:// or https://"},
 		{"bad env URL", map[string]string{"KILN_AGENT_SERVER": "ci.example.com:8080", "KILN_AGENT_TOKEN": "kat_x"}, []string{"agent"}, `"ci.example.com:8080" must start with`},
-		{"no token", map[string]string{"KILN_AGENT_SERVER": "http://127.0.0.1:1"}, []string{"agent"}, "the agent token is missing (--token or KILN_AGENT_TOKEN)"},
+		{"no token", map[string]string{"KILN_AGENT_SERVER": "http://127.0.0.1:1"}, []string{"agent"}, "the agent token is missing (--token-file, KILN_AGENT_TOKEN or --token)"},
 		{"bad max jobs env", map[string]string{"KILN_AGENT_MAX_JOBS": "many"}, []string{"agent", "--server", "http://h:1", "--token", "t"}, `KILN_AGENT_MAX_JOBS="many" is not a number`},
 		{"zero max jobs", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--max-jobs", "0"}, "max jobs must be at least 1, not 0"},
 		{"huge max jobs", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--max-jobs", "2000"}, "max jobs must be between 1 and 1024"},
@@ -34,6 +34,12 @@ func TestAgentUsageErrors(t *testing.T) {
 		{"no home", nil, []string{"agent", "--server", "http://h:1", "--token", "t"}, "neither XDG_STATE_HOME nor HOME is set"},
 		{"argument", nil, []string{"agent", "extra"}, "unknown command"},
 		{"bad log format", map[string]string{"KILN_AGENT_LOG_FORMAT": "xml"}, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a"}, `log format "xml" is neither text nor json`},
+		{"bad isolation", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--isolation", "maybe"}, `isolation "maybe" is not off, auto or required`},
+		{"bad isolation env", map[string]string{"KILN_AGENT_ISOLATION": "strict"}, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a"}, `isolation "strict" is not`},
+		{"relative hide", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--hide", "data"}, `--hide "data": give an absolute path`},
+		{"unknown step user", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--step-user", "no-such-user-kiln"}, `the step user "no-such-user-kiln"`},
+		{"root step user", nil, []string{"agent", "--server", "http://h:1", "--token", "t", "--id", "a", "--step-user", "0"}, "the step user must not be root"},
+		{"missing token file", nil, []string{"agent", "--server", "http://h:1", "--token-file", "/nonexistent/token", "--id", "a"}, "the token file"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +102,34 @@ func TestAgentTakesFlagsOverEnvironment(t *testing.T) {
 	}
 	c.Send(t, &proto.Drain{})
 	if code, stderr := waitAgent(t, res); code != ExitOK || !strings.Contains(stderr, "draining") {
+		t.Fatalf("code %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// The token comes from --token-file over KILN_AGENT_TOKEN; a --token on
+// the command line works but is warned about (every user can read it).
+func TestAgentTokenFileAndCommandLineWarning(t *testing.T) {
+	orch := agenttest.New(t)
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("kat_file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res := agentRun(t, map[string]string{"HOME": t.TempDir(), "KILN_AGENT_TOKEN": "kat_env"}, "--server", orch.URL(), "--token-file", path, "--isolation", "off")
+	c := orch.Accept(t)
+	if auth, _ := c.Handshake(t, proto.RegisterAck{}); auth.Token != "kat_file" {
+		t.Errorf("authenticated with %q, want the file's token", auth.Token)
+	}
+	c.Send(t, &proto.Drain{})
+	code, stderr := waitAgent(t, res)
+	if code != ExitOK || strings.Contains(stderr, "on the command line") || !strings.Contains(stderr, "steps are NOT isolated (isolation off)") {
+		t.Fatalf("code %d, stderr:\n%s", code, stderr)
+	}
+
+	res = agentRun(t, map[string]string{"HOME": t.TempDir()}, "--server", orch.URL(), "--token", "kat_flag")
+	c = orch.Accept(t)
+	c.Handshake(t, proto.RegisterAck{})
+	c.Send(t, &proto.Drain{})
+	if code, stderr := waitAgent(t, res); code != ExitOK || !strings.Contains(stderr, "the agent token is on the command line") {
 		t.Fatalf("code %d, stderr:\n%s", code, stderr)
 	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -44,8 +45,10 @@ func newAgentsCmd(e *env) *cobra.Command {
 				if seen == nil {
 					seen = a.LastSeen
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, labels(a.Labels), labels(a.Mandatory),
-					jobs, or(a.Hostname), or(a.Version), ago(seen))
+				// Hostname and version are what the agent says; nothing
+				// it says may drive the terminal or break the table.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safeField(a.ID), a.State, safeField(labels(a.Labels)), safeField(labels(a.Mandatory)),
+					jobs, safeField(or(a.Hostname)), safeField(or(a.Version)), ago(seen))
 			}
 			return tw.Flush()
 		},
@@ -65,10 +68,16 @@ func newAgentsCmd(e *env) *cobra.Command {
 			if err != nil {
 				return apiError(err)
 			}
-			fmt.Fprintf(e.stdout, "agent %s is draining: it finishes its %d running jobs and takes no new ones\n", a.ID, a.ActiveJobs)
+			fmt.Fprintf(e.stdout, "agent %s is draining: it finishes its %d running jobs and takes no new ones\n", safeField(a.ID), a.ActiveJobs)
 			return nil
 		},
 	}
 	cmd.AddCommand(list, drain)
 	return cmd
+}
+
+// safeField is an agent-reported value made safe for one table cell:
+// control characters escaped, and no tab to shift the columns.
+func safeField(s string) string {
+	return strings.ReplaceAll(terminalSafe(s, false), "\t", `\t`)
 }

@@ -41,6 +41,7 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 				return usageErrorf("--after needs JOB and --step: sequence numbers count within one step")
 			}
 			prefix := q.Job == "" || q.Step == nil
+			colour := isTerminal(e.stdout)
 			out := bufio.NewWriter(e.stdout)
 			err = c.Logs(cmd.Context(), args[0], q, func(l api.LogLine) error {
 				switch {
@@ -48,9 +49,9 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 					b, _ := json.Marshal(l)
 					out.Write(append(b, '\n'))
 				case prefix:
-					fmt.Fprintf(out, "%s/%s | %s\n", l.Job, or(l.StepName), l.Text)
+					fmt.Fprintf(out, "%s/%s | %s\n", terminalSafe(l.Job, false), terminalSafe(or(l.StepName), false), terminalSafe(l.Text, colour))
 				default:
-					fmt.Fprintln(out, l.Text)
+					fmt.Fprintln(out, terminalSafe(l.Text, colour))
 				}
 				if q.Follow {
 					return out.Flush()
@@ -91,7 +92,7 @@ func reportJobs(cmd *cobra.Command, e *env, c *api.Client, run, job string) erro
 		if job != "" && j.Name != job && j.ID != job && j.Base != job {
 			continue
 		}
-		fmt.Fprintf(e.stderr, "run #%d job %s %s\n", r.Number, j.Name, j.Status)
+		fmt.Fprintf(e.stderr, "run #%d job %s %s\n", r.Number, terminalSafe(j.Name, false), j.Status)
 		if j.Result != kiln.ResultSuccess && j.Result != kiln.ResultSkipped {
 			ok = false
 		}

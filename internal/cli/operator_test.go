@@ -14,12 +14,18 @@ import (
 	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/api/apitest"
 	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
+func TestMain(m *testing.M) {
+	// `kiln agent` run in-process starts step supervisors (one at start,
+	// to learn whether steps can be isolated): this test binary.
+	executor.MaybeRunShim()
+	goleak.VerifyTestMain(storetest.M(m))
+}
 
 // opHarness is an API server for the operator commands.
 type opHarness struct {

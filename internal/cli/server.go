@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -59,6 +60,7 @@ Settings come from, in increasing precedence: defaults, the YAML file given with
 			if err := cfg.Validate(); err != nil {
 				return usageErrorf("configuration: %v", err)
 			}
+			undumpable(slog.New(slog.NewTextHandler(e.stderr, nil))) // it holds the database and tokens
 			return server.Run(cmd.Context(), cfg, server.Options{Out: e.stdout})
 		},
 	}

@@ -103,13 +103,15 @@ func TestMultiStepJobRunsOnARealAgentProcess(t *testing.T) {
 }
 
 // tickStep is a step that records its shell's pid and a background child's
-// pid in pids, then appends "<pid> <n>" to marks n times: the marks show
-// which attempt ran when, the pid files whether its processes are gone.
+// pid in pids, then appends "<id> <n>" to marks n times (id names the
+// shell process): the marks show which attempt ran when, the pid files
+// whether its processes are gone.
 func tickStep(pids, marks string, n int, pause string) string {
-	return fmt.Sprintf(`echo $$ > %[1]s/shell-$$.pid
+	return fmt.Sprintf(`id=%[5]s
+          echo %[6]s > %[1]s/shell-$id.pid
           sleep 600 &
-          echo $! > %[1]s/child-$!.pid
-          for i in $(seq 1 %[3]d); do echo "$$ $i" >> %[2]s; echo "tick $i"; sleep %[4]s; done`, pids, marks, n, pause)
+          echo %[7]s > %[1]s/child-$id.pid
+          for i in $(seq 1 %[3]d); do echo "$id $i" >> %[2]s; echo "tick $i"; sleep %[4]s; done`, pids, marks, n, pause, selfID, selfPid, childPid)
 }
 
 // markRuns reads a marks file and returns the pids of its runs of
@@ -440,8 +442,9 @@ jobs:
 	})
 }
 
-// localAgentRunning reports whether a kiln agent process with a state
-// directory under dataDir runs.
+// localAgentRunning reports whether a kiln agent process of the server
+// with dataDir runs (its state is beside the data directory, its token
+// file in it).
 func localAgentRunning(dataDir string) bool {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
@@ -450,7 +453,7 @@ func localAgentRunning(dataDir string) bool {
 			continue
 		}
 		cmd := string(b)
-		if strings.Contains(cmd, "agent\x00") && strings.Contains(cmd, filepath.Join(dataDir, "agents")) {
+		if strings.Contains(cmd, "agent\x00") && strings.Contains(cmd, "\x00"+dataDir) {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 			if alive(pid) {
 				return true

@@ -27,7 +27,7 @@ jobs:
     runs_on: [held]
     on_agent_lost: fail
     steps:
-      - run: echo $$ > ` + pids + `/held.pid; echo holding; sleep 600
+      - run: echo ` + selfPid + ` > ` + pids + `/held.pid; echo holding; sleep 600
   waiter:
     needs: [held]
     runs_on: [held]

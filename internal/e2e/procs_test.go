@@ -333,7 +333,21 @@ func alive(pid int) bool {
 	return s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// readPids reads the pid files (one number each) a step wrote into dir.
+// selfPid is shell text for a step's own process in a form readPids
+// resolves: its pid, which steps see inside a PID namespace of their own,
+// and that namespace. childPid is the same for the last background job.
+const (
+	selfPid  = `$$:$(readlink /proc/$$/ns/pid)`
+	childPid = `$!:$(readlink /proc/$!/ns/pid)`
+)
+
+// selfID is shell text for a name unique to the step's own process (its
+// pid alone repeats from one PID namespace to the next).
+const selfID = `$$-$(readlink /proc/$$/ns/pid | tr -dc 0-9)`
+
+// readPids reads the pid files (one pid each, or selfPid's form) a step
+// wrote into dir, as pids of this test's PID namespace; a process that is
+// gone reads as -1.
 func readPids(t testing.TB, dir string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
@@ -343,13 +357,46 @@ func readPids(t testing.TB, dir string) map[string]int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
+		text := strings.TrimSpace(string(b))
+		num, ns, inNS := strings.Cut(text, ":")
+		pid, err := strconv.Atoi(num)
+		if err != nil || inNS && !strings.HasSuffix(ns, "]") {
 			continue // being written
+		}
+		if inNS {
+			pid = hostPid(pid, ns)
 		}
 		out[strings.TrimSuffix(filepath.Base(f), ".pid")] = pid
 	}
 	return out
+}
+
+// hostPid finds the process that is pid in the PID namespace ns (as
+// readlink /proc/<pid>/ns/pid names it), or -1.
+func hostPid(pid int, ns string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if link, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "pid")); err != nil || link != ns {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 && f[len(f)-1] == strconv.Itoa(pid) {
+					n, _ := strconv.Atoi(e.Name())
+					return n
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // killLeftovers SIGKILLs, when the test ends, any process whose pid a

@@ -18,7 +18,7 @@ import (
 // stubbornStep records its pid as name in pids, notes a SIGTERM in
 // pids/name.term and keeps running: only SIGKILL ends it.
 func stubbornStep(pids, name string) string {
-	return fmt.Sprintf(`echo $$ > %[1]s/%[2]s.pid
+	return fmt.Sprintf(`echo `+selfPid+` > %[1]s/%[2]s.pid
           trap 'echo got TERM; touch %[1]s/%[2]s.term' TERM
           echo ready
           while true; do sleep 0.05 || true; done`, pids, name)
@@ -54,7 +54,7 @@ jobs:
   later:
     needs: [one, two]
     steps:
-      - run: echo $$ > ` + pids + `/later.pid
+      - run: echo ` + selfPid + ` > ` + pids + `/later.pid
 `})
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	startAgent(t, s.URL, secret, agentOpts{id: "single", labels: "cancel", maxJobs: 1})
@@ -387,11 +387,11 @@ jobs:
   slow:
     checkout: false
     steps:
-      - run: echo $$ > ` + pids + `/slow.pid; sleep 600
+      - run: echo ` + selfPid + ` > ` + pids + `/slow.pid; sleep 600
   after:
     needs: [slow]
     steps:
-      - run: echo $$ > ` + pids + `/after.pid
+      - run: echo ` + selfPid + ` > ` + pids + `/after.pid
 `})
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
 	startAgent(t, s.URL, secret, agentOpts{id: "patient"})

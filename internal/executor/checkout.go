@@ -35,7 +35,7 @@ func (e *Execution) runCheckout(js *jobState) {
 	err := e.checkout(g, js.ws)
 	// Credentials live no longer than the checkout.
 	for _, f := range []string{"ssh-key", "known_hosts", "gitconfig"} {
-		_ = os.Remove(filepath.Join(js.ws.meta, f))
+		js.ws.removeMeta(f)
 	}
 	ev := StepEvent{Index: CheckoutIndex, Name: checkoutName, Attempt: 1, ExitCode: g.exitCode, StartedAt: started}
 	switch {

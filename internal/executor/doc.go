@@ -15,5 +15,8 @@
 // same binary re-executed with a hidden first argument, see MaybeRunShim)
 // that is a child subreaper, so no process a step starts — background jobs,
 // nohup, setsid, double forks — outlives the step, and every step dies with
-// the agent. docs/execution.md describes the behaviour users see.
+// the agent. With Config.Isolation the shim also keeps the step away from
+// the host: its own PID, mount and user namespaces, with the agent's state
+// and any other hidden path covered (docs/security.md).
+// docs/execution.md describes the behaviour users see.
 package executor

@@ -86,3 +86,15 @@ var reservedEnv = map[string]bool{
 	"KILN_JOB_ID": true, "KILN_TEMP": true, "KILN_ENV": true, "KILN_PATH": true, "KILN_OUTPUT": true,
 	cookieVar: true,
 }
+
+// stepUserEnv makes the environment the step user's: its HOME, USER and
+// LOGNAME rather than the agent's.
+func stepUserEnv(env []string, u *User) []string {
+	m := newEnvMap(env)
+	home := u.Home
+	if home == "" {
+		home = "/"
+	}
+	m["HOME"], m["USER"], m["LOGNAME"] = home, u.Name, u.Name
+	return m.list()
+}

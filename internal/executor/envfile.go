@@ -1,9 +1,7 @@
 package executor
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -100,24 +98,4 @@ func parsePathFile(data, workspace string) ([]string, error) {
 		dirs = append(dirs, filepath.Clean(line))
 	}
 	return dirs, nil
-}
-
-// readLimited reads a whole file of at most limit bytes.
-func readLimited(path string, limit int64) (string, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return "", nil // the step removed it: nothing to apply
-	}
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return "", err
-	}
-	if int64(len(b)) > limit {
-		return "", fmt.Errorf("it is larger than %s", formatBytes(limit))
-	}
-	return string(b), nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -27,7 +28,11 @@ const (
 
 // Config tunes an Executor. Zero values take the defaults above.
 type Config struct {
-	WorkRoot           string        // parent of job directories (default $TMPDIR/kiln-work)
+	// WorkRoot is the parent of job directories (default $TMPDIR/kiln-work,
+	// the agent passes one in its state directory). It must belong to
+	// this process's user and not be writable by others; New makes it
+	// 0700, or 0711 with a step user (who must reach the job directories).
+	WorkRoot           string
 	GracePeriod        time.Duration // SIGTERM → SIGKILL on cancel and timeouts
 	DefaultStepTimeout time.Duration // for steps without a timeout, and the checkout
 	MaxLogBytesPerStep int64         // then one truncation line; the rest is read and dropped
@@ -44,8 +49,11 @@ type Config struct {
 	// ShimPath is the binary re-executed to supervise each step; it must
 	// call MaybeRunShim first thing in main (default os.Executable()).
 	ShimPath string
-	Clock    func() time.Time
-	Logger   *slog.Logger
+	// Isolation keeps steps away from the agent and server on the host
+	// (off by default; the agent turns it on).
+	Isolation Isolation
+	Clock     func() time.Time
+	Logger    *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -120,18 +128,66 @@ func (c Config) withDefaults() (Config, error) {
 type Executor struct {
 	cfg     Config
 	baseEnv []string
+	sandbox *sandbox      // read once settled is closed
+	settled chan struct{} // the isolation probe has finished
 }
 
-// New returns an Executor, creating Config.WorkRoot if needed.
+// New returns an Executor, creating Config.WorkRoot if needed. With
+// Config.Isolation on, one step supervisor is started to learn whether
+// this host can isolate steps, and the answer logged: in required mode New
+// waits for it and fails where steps cannot be isolated; in auto mode it
+// does not wait (jobs do), and where they cannot, it logs a warning and
+// steps run unisolated.
 func New(cfg Config) (*Executor, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.WorkRoot, 0o700); err != nil {
-		return nil, fmt.Errorf("create the work root: %w", err)
+	x := &Executor{cfg: cfg, baseEnv: SanitizeEnv(cfg.BaseEnv), settled: make(chan struct{})}
+	if u := cfg.Isolation.StepUser; u != nil {
+		x.baseEnv = stepUserEnv(x.baseEnv, u)
 	}
-	return &Executor{cfg: cfg, baseEnv: SanitizeEnv(cfg.BaseEnv)}, nil
+	// The work root is hidden too: a step sees its own job's directory,
+	// not its neighbours'.
+	iso := cfg.Isolation
+	iso.Hide = append(slices.Clone(iso.Hide), cfg.WorkRoot)
+	if x.sandbox, err = newSandbox(iso); err != nil {
+		return nil, err
+	}
+	if err := prepareWorkRoot(cfg.WorkRoot, cfg.Isolation.StepUser); err != nil {
+		return nil, err
+	}
+	if cfg.Isolation.Mode == IsolationRequired {
+		if err := x.settle(); err != nil {
+			return nil, err
+		}
+		return x, nil
+	}
+	go x.settle()
+	return x, nil
+}
+
+// settle probes the sandbox and says what steps get.
+func (x *Executor) settle() error {
+	defer close(x.settled)
+	err := x.sandbox.settle(x.cfg.ShimPath, x.baseEnv)
+	var unisolated *isolationError
+	if errors.As(err, &unisolated) && x.cfg.Isolation.Mode != IsolationRequired {
+		x.cfg.Logger.Warn("steps are NOT isolated: they can see the agent's processes and every file its user can read; see docs/security.md", "reason", unisolated.err.Error())
+		err = nil
+	}
+	if err == nil {
+		if d := x.sandbox.describe(); d != "" {
+			x.cfg.Logger.Info(d)
+		}
+	}
+	return err
+}
+
+// sandboxFor is the sandbox commands start in, once it is settled.
+func (x *Executor) sandboxFor() *sandbox {
+	<-x.settled
+	return x.sandbox
 }
 
 // Execution is one job running. Its methods are safe for concurrent use.
@@ -141,6 +197,8 @@ type Execution struct {
 	em   *emitter
 	log  *slog.Logger
 	done chan struct{}
+	// jobDir is the job's directory, set before the first command runs.
+	jobDir string
 
 	cancelOnce, forceOnce, timeoutOnce sync.Once
 	cancelled                          chan struct{} // closed by any cancel

@@ -64,7 +64,7 @@ func (e *Execution) gitEnv(ws *workspace, c *Checkout, safeDirs []string) ([]str
 	}
 
 	if a := c.Auth; a != nil && len(a.SSHKey) > 0 {
-		cmd, err := writeSSHFiles(ws.meta, a)
+		cmd, err := writeSSHFiles(ws, a)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +72,7 @@ func (e *Execution) gitEnv(ws *workspace, c *Checkout, safeDirs []string) ([]str
 		env["GIT_SSH_VARIANT"] = "ssh"
 	}
 	if len(safeDirs) > 0 {
-		p, err := writeSafeConfig(ws.meta, env["HOME"], env["XDG_CONFIG_HOME"], safeDirs)
+		p, err := writeSafeConfig(ws, env["HOME"], env["XDG_CONFIG_HOME"], safeDirs)
 		if err != nil {
 			return nil, err
 		}
@@ -108,19 +108,19 @@ func basicAuth(a *GitAuth) string {
 
 // writeSSHFiles stores the key (and known hosts) in meta and returns the
 // GIT_SSH_COMMAND that uses them.
-func writeSSHFiles(meta string, a *GitAuth) (string, error) {
+func writeSSHFiles(ws *workspace, a *GitAuth) (string, error) {
 	key := a.SSHKey
 	if len(key) > 0 && key[len(key)-1] != '\n' {
 		key = append(append([]byte(nil), key...), '\n') // ssh rejects a key without its last newline
 	}
-	keyPath := filepath.Join(meta, "ssh-key")
-	if err := os.WriteFile(keyPath, key, 0o600); err != nil {
+	keyPath, err := ws.writeMeta("ssh-key", key, 0o600)
+	if err != nil {
 		return "", fmt.Errorf("write the SSH key: %w", err)
 	}
 	cmd := "ssh -i " + shellQuote(keyPath) + " -o IdentitiesOnly=yes -o IdentityAgent=none -o BatchMode=yes -o StrictHostKeyChecking=yes"
 	if len(a.KnownHosts) > 0 {
-		khPath := filepath.Join(meta, "known_hosts")
-		if err := os.WriteFile(khPath, a.KnownHosts, 0o600); err != nil {
+		khPath, err := ws.writeMeta("known_hosts", a.KnownHosts, 0o600)
+		if err != nil {
 			return "", fmt.Errorf("write the SSH known hosts: %w", err)
 		}
 		cmd += " -o UserKnownHostsFile=" + shellQuote(khPath) + " -o GlobalKnownHostsFile=/dev/null"
@@ -130,7 +130,7 @@ func writeSSHFiles(meta string, a *GitAuth) (string, error) {
 
 // writeSafeConfig writes the private global git configuration: the agent
 // user's own global files included, then the safe directories.
-func writeSafeConfig(meta, home, xdg string, safeDirs []string) (string, error) {
+func writeSafeConfig(ws *workspace, home, xdg string, safeDirs []string) (string, error) {
 	var b strings.Builder
 	var globals []string
 	if xdg != "" {
@@ -150,8 +150,8 @@ func writeSafeConfig(meta, home, xdg string, safeDirs []string) (string, error) 
 	for _, d := range safeDirs {
 		fmt.Fprintf(&b, "\tdirectory = %s\n", gitConfigQuote(d))
 	}
-	p := filepath.Join(meta, "gitconfig")
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+	p, err := ws.writeMeta("gitconfig", []byte(b.String()), 0o600)
+	if err != nil {
 		return "", fmt.Errorf("write the git configuration: %w", err)
 	}
 	return p, nil

@@ -5,11 +5,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/bmatcuk/doublestar/v4"
 )
@@ -52,7 +52,7 @@ func hashFilesIn(dir string) func([]string) (string, error) {
 		slices.Sort(files)
 		outer := sha256.New()
 		for _, f := range files {
-			sum, err := hashFile(fsys, f)
+			sum, err := hashFile(filepath.Join(dir, filepath.FromSlash(f)))
 			if err != nil {
 				return "", fmt.Errorf("hashFiles: %s: %v", filepath.ToSlash(f), err)
 			}
@@ -71,12 +71,23 @@ func excluded(path string, patterns []string) bool {
 	return false
 }
 
-func hashFile(fsys fs.FS, name string) ([]byte, error) {
-	f, err := fsys.Open(name)
+// hashFile hashes a regular file. A step may have made the name a FIFO
+// (opening it would wait for a writer forever) or a symlink after the
+// glob saw a file: it is opened without following a symlink or waiting,
+// and refused unless it is still a regular file.
+func hashFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file but a %s", fileKind(fi.Mode()))
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return nil, err

@@ -23,6 +23,9 @@ import (
 // the job in the named JSON file and blocks until killed.
 const agentHelperEnv = "KILN_EXECUTOR_TEST_AGENT_JOB"
 
+// isolateHelperEnv makes the stand-in agent isolate its steps.
+const isolateHelperEnv = "KILN_EXECUTOR_TEST_ISOLATE"
+
 func TestMain(m *testing.M) {
 	MaybeRunShim()
 	if path := os.Getenv(agentHelperEnv); path != "" {
@@ -43,7 +46,11 @@ func runAgentHelper(path string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	x, err := New(Config{WorkRoot: filepath.Dir(path)})
+	cfg := Config{WorkRoot: filepath.Dir(path)}
+	if os.Getenv(isolateHelperEnv) != "" {
+		cfg.Isolation = Isolation{Mode: IsolationRequired}
+	}
+	x, err := New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -27,8 +28,9 @@ type process struct {
 }
 
 // startProcess starts argv under the shim with env in dir, its stdout and
-// stderr going to the given files.
-func startProcess(shimPath string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
+// stderr going to the given files, in the sandbox sb (nil: none) for the
+// job whose directory is jobDir.
+func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
 	p := &process{done: make(chan struct{}), exitCode: -1}
 	started := make(chan error, 1)
 	go func() {
@@ -38,25 +40,26 @@ func startProcess(shimPath string, argv, env []string, dir string, stdout, stder
 		// fires it.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		args := append([]string{shimPath, shimArg}, sb.shimArgs(jobDir)...)
 		cmd := &exec.Cmd{
-			Path:   shimPath,
-			Args:   append([]string{shimPath, shimArg, "--"}, argv...),
-			Env:    env,
-			Dir:    dir,
-			Stdout: stdout,
-			Stderr: stderr,
-			SysProcAttr: &syscall.SysProcAttr{
-				Setpgid:   true,       // a terminal's ^C reaches kiln, which decides
-				Pdeathsig: sigKillAll, // the agent died: kill the step
-			},
+			Path:        shimPath,
+			Args:        append(args, argv...),
+			Env:         env,
+			Dir:         dir,
+			Stdout:      stdout,
+			Stderr:      stderr,
+			SysProcAttr: sb.attr(),
 		}
-		if err := cmd.Start(); err != nil {
+		release := sb.holdDumpable()
+		err := cmd.Start()
+		release()
+		if err != nil {
 			started <- err
 			return
 		}
 		p.cmd = cmd
 		started <- nil
-		err := cmd.Wait()
+		err = cmd.Wait()
 		var exit *exec.ExitError
 		switch {
 		case err == nil:
@@ -118,3 +121,58 @@ func sweepByCookie(cookie string) (killed int) {
 
 // supported is nil where steps can run.
 func supported() error { return nil }
+
+// fileOwner is the uid owning a file.
+func fileOwner(fi os.FileInfo) (int, bool) {
+	uid, _, ok := fileOwnerGroup(fi)
+	return uid, ok
+}
+
+// fileOwnerGroup is the uid and gid owning a file.
+func fileOwnerGroup(fi os.FileInfo) (uid, gid int, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return int(st.Uid), int(st.Gid), true
+}
+
+// The agent makes itself undumpable (its /proc files then belong to root),
+// but a non-root agent must write the user-ID maps of the supervisor it
+// starts in a new user namespace, under /proc/<child>, and the child is
+// undumpable too until it runs the kiln binary. So while such a supervisor
+// starts, the agent is dumpable again. Its steps do not notice: they run in
+// PID namespaces of their own, where the agent does not exist.
+var dumpable struct {
+	sync.Mutex
+	holds   int
+	restore bool // the process was undumpable before the first hold
+}
+
+const prGetDumpable = 3 // PR_GET_DUMPABLE from <linux/prctl.h>
+
+// holdDumpable makes the process dumpable while a rootless supervisor
+// starts; call the returned function once it has.
+func (sb *sandbox) holdDumpable() (release func()) {
+	if sb == nil || !sb.isolate || !sb.rootless {
+		return func() {}
+	}
+	dumpable.Lock()
+	if dumpable.holds == 0 {
+		v, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, prGetDumpable, 0, 0)
+		dumpable.restore = v == 0
+		if dumpable.restore {
+			syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 1, 0)
+		}
+	}
+	dumpable.holds++
+	dumpable.Unlock()
+	return func() {
+		dumpable.Lock()
+		defer dumpable.Unlock()
+		dumpable.holds--
+		if dumpable.holds == 0 && dumpable.restore {
+			syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0)
+		}
+	}
+}

@@ -14,7 +14,33 @@ type process struct {
 	exitCode int
 }
 
-func startProcess(shimPath string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
+type sandbox struct{ isolate bool }
+
+func newSandbox(iso Isolation) (*sandbox, error) {
+	if iso.StepUser != nil {
+		return nil, errUnsupported
+	}
+	return &sandbox{isolate: iso.Mode == IsolationAuto || iso.Mode == IsolationRequired}, nil
+}
+
+func (sb *sandbox) settle(shimPath string, env []string) error {
+	if sb.isolate {
+		sb.isolate = false
+		return &isolationError{err: errUnsupported}
+	}
+	return nil
+}
+
+type isolationError struct{ err error }
+
+func (e *isolationError) Error() string {
+	return "steps cannot be isolated on this host: " + e.err.Error()
+}
+func (e *isolationError) Unwrap() error { return e.err }
+
+func (sb *sandbox) describe() string { return "" }
+
+func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
 	return nil, errUnsupported
 }
 
@@ -28,3 +54,7 @@ func sweepByCookie(cookie string) int { return 0 }
 
 // MaybeRunShim does nothing where steps cannot run.
 func MaybeRunShim() {}
+
+func fileOwner(fi os.FileInfo) (int, bool) { return 0, false }
+
+func fileOwnerGroup(fi os.FileInfo) (uid, gid int, ok bool) { return 0, 0, false }

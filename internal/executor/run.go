@@ -55,10 +55,11 @@ func (e *Execution) run() Result {
 	if err := e.job.validate(); err != nil {
 		return fail(err)
 	}
-	ws, err := newWorkspace(e.x.cfg.WorkRoot, e.job.JobID)
+	ws, err := newWorkspace(e.x.cfg.WorkRoot, e.job.JobID, e.x.cfg.Isolation.StepUser)
 	if err != nil {
 		return fail(err)
 	}
+	e.jobDir = ws.root
 	js := &jobState{
 		ws:      ws,
 		masker:  newMasker(e.secretValues()),

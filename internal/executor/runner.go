@@ -65,7 +65,7 @@ func (e *Execution) runCommand(c command, log *stepLog) outcome {
 	}
 	cookie := rand.Text()
 	env := append(c.env[:len(c.env):len(c.env)], cookieVar+"="+cookie)
-	p, err := startProcess(e.x.cfg.ShimPath, c.argv, env, c.dir, outW, errW)
+	p, err := startProcess(e.x.cfg.ShimPath, e.x.sandboxFor(), e.jobDir, c.argv, env, c.dir, outW, errW)
 	outW.Close()
 	errW.Close()
 	if err != nil {

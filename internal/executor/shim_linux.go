@@ -30,11 +30,21 @@ const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER from <linux/prctl.h>
 // SIGKILLs the group. Once the command has exited, it SIGKILLs every
 // descendant still alive, reaps them all and exits with the command's
 // status (128+n if signal n killed it).
+//
+// With --isolate the executor has started it as the first process of new
+// PID and mount namespaces, and it sets up what the step may see before
+// starting it (shimOptions.enterSandbox); being pid 1 there, its exit also
+// makes the kernel kill whatever of the step is left.
 func MaybeRunShim() {
-	if len(os.Args) < 2 || os.Args[1] != shimArg {
+	if len(os.Args) < 2 {
 		return
 	}
-	os.Exit(runShim(os.Args[2:]))
+	switch os.Args[1] {
+	case shimArg:
+		os.Exit(runShim(os.Args[2:]))
+	case probeArg:
+		os.Exit(0) // the command of the isolation probe: it could be started
+	}
 }
 
 type shim struct {
@@ -45,14 +55,20 @@ type shim struct {
 }
 
 func runShim(args []string) int {
-	if len(args) < 2 || args[0] != "--" {
-		fmt.Fprintln(os.Stderr, "kiln: the step supervisor was started without a command")
+	opts, argv, err := parseShimArgs(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kiln: the step supervisor: %v\n", err)
 		return 125
 	}
-	argv := args[1:]
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
 		fmt.Fprintf(os.Stderr, "kiln: cannot become a child subreaper: %v\n", errno)
 		return 125
+	}
+	if opts.isolate {
+		if err := opts.enterSandbox(); err != nil {
+			fmt.Fprintf(os.Stderr, "kiln: cannot isolate the step: %v\n", err)
+			return 125
+		}
 	}
 	s := &shim{sigs: make(chan os.Signal, 64)}
 	// SIGPIPE is caught (not ignored, which the step would inherit) so a
@@ -70,7 +86,7 @@ func runShim(args []string) int {
 	s.leader, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   opts.stepAttr(),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kiln: cannot run %s: %v\n", argv[0], err)

@@ -186,7 +186,8 @@ func (e *Execution) execute(i int, st *Step, name string, p *prepared, js *jobSt
 		}
 		files = f
 		env := p.env.clone()
-		env["KILN_ENV"], env["KILN_PATH"], env["KILN_OUTPUT"] = f.env, f.path, f.output
+		m := js.ws.meta
+		env["KILN_ENV"], env["KILN_PATH"], env["KILN_OUTPUT"] = filepath.Join(m, f.env), filepath.Join(m, f.path), filepath.Join(m, f.output)
 		e.em.step(StepEvent{Index: i, Name: name, Status: kiln.StepRunning, Attempt: attempt, ExitCode: -1, StartedAt: started})
 		if attempt > 1 {
 			log.notice("attempt %d of %d", attempt, attempts)

@@ -6,7 +6,7 @@ import (
 )
 
 // stepFiles are the files one attempt of a step writes to hand values on:
-// $KILN_ENV, $KILN_PATH and $KILN_OUTPUT.
+// $KILN_ENV, $KILN_PATH and $KILN_OUTPUT, by their names in meta.
 type stepFiles struct{ env, path, output string }
 
 // applyStepFiles reads what the step's last attempt wrote and applies it
@@ -15,7 +15,7 @@ type stepFiles struct{ env, path, output string }
 func (e *Execution) applyStepFiles(js *jobState, f *stepFiles) error {
 	limit := e.x.cfg.MaxEnvFileBytes
 
-	data, err := readLimited(f.env, limit)
+	data, err := js.ws.readMeta(f.env, limit)
 	if err != nil {
 		return fmt.Errorf("$KILN_ENV: %v", err)
 	}
@@ -29,7 +29,7 @@ func (e *Execution) applyStepFiles(js *jobState, f *stepFiles) error {
 		}
 	}
 
-	data, err = readLimited(f.path, limit)
+	data, err = js.ws.readMeta(f.path, limit)
 	if err != nil {
 		return fmt.Errorf("$KILN_PATH: %v", err)
 	}
@@ -38,7 +38,7 @@ func (e *Execution) applyStepFiles(js *jobState, f *stepFiles) error {
 		return fmt.Errorf("$KILN_PATH: %v", err)
 	}
 
-	data, err = readLimited(f.output, limit)
+	data, err = js.ws.readMeta(f.output, limit)
 	if err != nil {
 		return fmt.Errorf("$KILN_OUTPUT: %v", err)
 	}

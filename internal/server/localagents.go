@@ -53,27 +53,46 @@ func (l *localAgents) Run(ctx context.Context) error {
 		}
 		bin = exe
 	}
-	token, err := l.token(ctx)
-	if err != nil {
+	if _, err := l.token(ctx); err != nil {
 		return fmt.Errorf("local agents: %w", err)
 	}
+	states := l.stateRoot()
 	var wg sync.WaitGroup
 	for i := 1; i <= l.cfg.LocalAgents; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l.supervise(ctx, bin, token, i)
+			l.supervise(ctx, bin, states, i)
 		}()
 	}
 	wg.Wait()
 	return nil
 }
 
-// token returns the local agents' token, kept (as a secret, mode 0600) in
-// the data directory so restarts reuse it; a missing or revoked one is
-// replaced.
+// tokenPath is the local agents' token file. They read it themselves
+// (--token-file), so the token is in no process's environment.
+func (l *localAgents) tokenPath() string { return filepath.Join(l.cfg.DataDir, "local-agent.token") }
+
+// stateRoot is where the local agents keep their state (ids, job
+// directories): beside the data directory, not in it, so steps of an
+// agent's job reach their directory without a way into the data
+// directory, which is private and hidden from them. Where the data
+// directory's parent is not writable, inside it as before.
+func (l *localAgents) stateRoot() string {
+	dir := l.cfg.DataDir + "-agents"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		inside := filepath.Join(l.cfg.DataDir, "agents")
+		l.log.Warn("cannot keep the local agents' state beside the data directory; keeping it inside", "want", dir, "err", err, "using", inside)
+		return inside
+	}
+	return dir
+}
+
+// token makes sure the local agents' token, kept (as a secret, mode 0600)
+// in the data directory so restarts reuse it, is valid; a missing or
+// revoked one is replaced.
 func (l *localAgents) token(ctx context.Context) (string, error) {
-	path := filepath.Join(l.cfg.DataDir, "local-agent.token")
+	path := l.tokenPath()
 	if b, err := os.ReadFile(path); err == nil {
 		secret := strings.TrimSpace(string(b))
 		if _, err := l.db.Auth().AuthenticateAgent(ctx, secret); err == nil {
@@ -100,13 +119,13 @@ func writeSecret(path, secret string) error {
 	return os.Rename(tmp, path)
 }
 
-func (l *localAgents) supervise(ctx context.Context, bin, token string, i int) {
+func (l *localAgents) supervise(ctx context.Context, bin, states string, i int) {
 	name := fmt.Sprintf("local-%d", i)
 	log := l.log.With("agent", name)
 	delay := agentRestartMin
 	for ctx.Err() == nil {
 		began := time.Now()
-		err := l.runOnce(ctx, bin, token, name, log)
+		err := l.runOnce(ctx, bin, filepath.Join(states, name), name, log)
 		if ctx.Err() != nil {
 			return
 		}
@@ -130,10 +149,14 @@ func (l *localAgents) supervise(ctx context.Context, bin, token string, i int) {
 	}
 }
 
-func (l *localAgents) runOnce(ctx context.Context, bin, token, name string, log *slog.Logger) error {
-	cmd := exec.Command(bin, "agent", "--server", l.url, "--id", name, "--labels", "local", "--log-format", "json",
-		"--state-dir", filepath.Join(l.cfg.DataDir, "agents", name))
-	cmd.Env = append(agentEnv(os.Environ()), "KILN_AGENT_TOKEN="+token)
+func (l *localAgents) runOnce(ctx context.Context, bin, stateDir, name string, log *slog.Logger) error {
+	args := []string{"agent", "--server", l.url, "--id", name, "--labels", "local", "--log-format", "json",
+		"--state-dir", stateDir, "--token-file", l.tokenPath()}
+	for _, p := range l.hidden() {
+		args = append(args, "--hide", p)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = agentEnv(os.Environ())
 	out, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -171,8 +194,20 @@ func (l *localAgents) runOnce(ctx context.Context, bin, token, name string, log 
 	return errors.Join(<-done, errors.New("killed"))
 }
 
+// hidden are the paths the local agents' steps must not see: the data
+// directory (database, logs, the agents' token) and a SQLite database kept
+// elsewhere.
+func (l *localAgents) hidden() []string {
+	paths := []string{l.cfg.DataDir}
+	if db := sqlitePath(l.cfg); db != "" && !strings.HasPrefix(db, filepath.Clean(l.cfg.DataDir)+"/") {
+		paths = append(paths, db, db+"-wal", db+"-shm")
+	}
+	return paths
+}
+
 // agentEnv is the server's environment without kiln's own settings: the
-// agent gets only its token, not the admin token or database URL.
+// agent gets neither the admin token nor the database URL (it reads its
+// own token from its file).
 func agentEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {

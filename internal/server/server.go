@@ -85,8 +85,8 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		opts.Clock = time.Now
 	}
 	started := time.Now()
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return fmt.Errorf("data_dir: %w", err)
+	if err := secureDataDir(cfg, log); err != nil {
+		return err
 	}
 	// The store calls the engine's Release inside the transaction that makes
 	// a job ready (creating a run, for its root jobs).
@@ -212,13 +212,18 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	return err
 }
 
-func storeConfig(cfg Config, release store.Releaser, clock func() time.Time, log *slog.Logger) store.Config {
-	url := cfg.Database
-	if url == "" {
-		url = "sqlite://" + filepath.Join(cfg.DataDir, "kiln.db")
+// databaseURL is the store's URL: cfg.Database, or SQLite in the data
+// directory.
+func databaseURL(cfg Config) string {
+	if cfg.Database != "" {
+		return cfg.Database
 	}
+	return "sqlite://" + filepath.Join(cfg.DataDir, "kiln.db")
+}
+
+func storeConfig(cfg Config, release store.Releaser, clock func() time.Time, log *slog.Logger) store.Config {
 	return store.Config{
-		URL: url, Releaser: release, Clock: clock, Logger: log.With("part", "store"),
+		URL: databaseURL(cfg), Releaser: release, Clock: clock, Logger: log.With("part", "store"),
 		MaxAttempts: cfg.Queue.MaxAttempts, AckTimeout: cfg.Agents.AckTimeout, QueueTimeout: queueTimeout(cfg.Queue.Expiry),
 		RecoveryWindow: cfg.Agents.RecoveryWindow, StaleAfter: cfg.Agents.StaleAfter, DedupTTL: cfg.Webhooks.DedupTTL,
 	}
