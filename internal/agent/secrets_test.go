@@ -19,6 +19,7 @@ import (
 	"github.com/kilnci/kiln/internal/agent/agenttest"
 	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // An orchestrator address that answers with a redirect does not get the
@@ -48,7 +49,7 @@ func TestAgentRefusesRedirects(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
-	waitFor(t, "three refused attempts", func() bool { return tried.Load() >= 3 })
+	waittest.Until(t, agenttest.Timeout, "three refused attempts", func() bool { return tried.Load() >= 3 })
 	stop()
 	<-done
 	if n := reached.Load(); n != 0 {

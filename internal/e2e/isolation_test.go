@@ -13,6 +13,7 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // nobody is the unprivileged user the non-root agent runs as when the
@@ -243,7 +244,7 @@ func startAgentAs(t testing.TB, url, token, stateDir string, extra ...string) *p
 func agentIDIn(t testing.TB, stateDir string) string {
 	t.Helper()
 	var id string
-	waitFor(t, 30*time.Second, "the agent to write its id", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "the agent to write its id", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join(stateDir, "agent-id"))
 		id = strings.TrimSpace(string(b))
 		return err == nil && id != "", fmt.Sprint(err)
@@ -257,7 +258,7 @@ func findProc(t testing.TB, want ...string) int {
 	t.Helper()
 	needle := strings.Join(want, "\x00")
 	var found int
-	waitFor(t, 10*time.Second, "a process with "+strings.Join(want, " "), func() (bool, string) {
+	waittest.UntilState(t, 10*time.Second, "a process with "+strings.Join(want, " "), func() (bool, string) {
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())

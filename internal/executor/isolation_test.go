@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/waittest"
 )
 
 // isolatedExecutor is an executor whose steps are isolated, with a secret
@@ -415,7 +416,7 @@ func TestAgentDeathKillsIsolatedSteps(t *testing.T) {
 			}
 			exited := make(chan struct{})
 			go func() { cmd.Wait(); close(exited) }()
-			waitFor(t, "the step to run "+marker, 30*time.Second, func() bool {
+			waittest.Until(t, 30*time.Second, "the step to run "+marker, func() bool {
 				select {
 				case <-exited:
 					t.Fatalf("the stand-in agent exited: %s", out.String())
@@ -425,7 +426,7 @@ func TestAgentDeathKillsIsolatedSteps(t *testing.T) {
 			})
 			cmd.Process.Kill()
 			<-exited
-			waitFor(t, "the step's processes to die with the agent", 10*time.Second, func() bool { return len(procsWith(marker)) == 0 })
+			waittest.Until(t, 10*time.Second, "the step's processes to die with the agent", func() bool { return len(procsWith(marker)) == 0 })
 		})
 	}
 }
