@@ -62,10 +62,73 @@ type Event struct {
 	Schedule           string             `json:"schedule,omitempty"`
 	ChangedFiles       []string           `json:"changed_files,omitempty"`
 	ChangedFilesStatus ChangedFilesStatus `json:"changed_files_status,omitempty"`
+	// Fork is set on a pull request whose head lives in another repository
+	// than its base: its code and workflows are a stranger's (see
+	// docs/security.md).
+	Fork *Fork `json:"fork,omitempty"`
 }
 
 // PR is the pull request of a pull_request event.
 type PR struct {
 	Number int    `json:"number"`
 	Title  string `json:"title,omitempty"`
+}
+
+// Fork describes the pull request of a fork: where its head lives and who
+// opened it, as the forge's payload says.
+type Fork struct {
+	// HeadRepository is the fork's owner/name ("" when the forge no longer
+	// knows it: a deleted fork).
+	HeadRepository string `json:"head_repository"`
+	// Author is the login of the pull request's author.
+	Author string `json:"author"`
+	// AuthorAssociation is the author's relation to the base repository as
+	// GitHub spells it (OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR,
+	// FIRST_TIME_CONTRIBUTOR, FIRST_TIMER, NONE); "" when the payload does
+	// not say (Gitea), and kiln asks the forge instead.
+	AuthorAssociation string `json:"author_association,omitempty"`
+}
+
+// Trusted reports whether the association makes the author someone who may
+// push to the base repository anyway: its owner, a member of the owning
+// organization, or a collaborator.
+func (f *Fork) Trusted() bool {
+	switch f.AuthorAssociation {
+	case "OWNER", "MEMBER", "COLLABORATOR":
+		return true
+	}
+	return false
+}
+
+// Describe names the fork and its author: "pull request from fork
+// OWNER/REPO by USER".
+func (f *Fork) Describe() string {
+	repo := f.HeadRepository
+	if repo == "" {
+		repo = "(deleted)"
+	}
+	author := f.Author
+	if author == "" {
+		author = "(unknown)"
+	}
+	return "pull request from fork " + repo + " by " + author
+}
+
+// ForkPolicy is what a source does with pull requests from forks.
+type ForkPolicy string
+
+const (
+	// ForkApprove runs fork pull requests of the base repository's owners,
+	// members and collaborators at once and holds the others' runs until an
+	// admin approves them. The default.
+	ForkApprove ForkPolicy = "approve"
+	// ForkRun runs every fork pull request at once.
+	ForkRun ForkPolicy = "run"
+	// ForkDeny runs none: their deliveries are recorded as ignored.
+	ForkDeny ForkPolicy = "deny"
+)
+
+// Valid reports whether p is a known policy.
+func (p ForkPolicy) Valid() bool {
+	return p == ForkApprove || p == ForkRun || p == ForkDeny
 }

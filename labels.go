@@ -99,21 +99,42 @@ func (l Labels) Union(more ...string) Labels {
 type Requirement struct {
 	RunsOn  Labels `json:"runs_on"`
 	Exclude Labels `json:"exclude,omitempty"`
+	// Fork marks the job of a fork pull request: only agents whose
+	// mandatory labels all lie in ForkLabels (the labels its source lets
+	// forks use; none by default) may take it.
+	Fork       bool   `json:"fork,omitempty"`
+	ForkLabels Labels `json:"fork_labels,omitempty"`
 }
 
+// forkKeySep starts the fork part of a routing key. A space is in no
+// label (ValidateLabels), so it cannot be mistaken for one.
+const forkKeySep = " fork:"
+
 // Key is the canonical routing key of the requirement: the runs_on key, and
-// when there are exclusions "!" and the exclude key.
+// when there are exclusions "!" and the exclude key; a fork job's key ends
+// with " fork:" and the labels its source allows, so fork jobs queue apart
+// and every label filter (the claim's, the dispatcher's, the unroutable
+// probe's) sees the restriction in the key alone.
 func (r Requirement) Key() string {
-	if len(r.Exclude) == 0 {
-		return r.RunsOn.Key()
+	k := r.RunsOn.Key()
+	if len(r.Exclude) > 0 {
+		k += "!" + r.Exclude.Key()
 	}
-	return r.RunsOn.Key() + "!" + r.Exclude.Key()
+	if r.Fork {
+		k += forkKeySep + r.ForkLabels.Key()
+	}
+	return k
 }
 
 // ParseRequirementKey is the inverse of Requirement.Key.
 func ParseRequirementKey(key string) Requirement {
+	key, fork, isFork := strings.Cut(key, forkKeySep)
 	runsOn, exclude, _ := strings.Cut(key, "!")
-	return Requirement{RunsOn: ParseLabelsKey(runsOn), Exclude: ParseLabelsKey(exclude)}
+	r := Requirement{RunsOn: ParseLabelsKey(runsOn), Exclude: ParseLabelsKey(exclude)}
+	if isFork {
+		r.Fork, r.ForkLabels = true, ParseLabelsKey(fork)
+	}
+	return r
 }
 
 // AgentLabels is what an agent offers: its labels and its mandatory labels
@@ -126,7 +147,8 @@ type AgentLabels struct {
 
 // Accepts reports whether an agent offering a can run a job requiring r.
 func (a AgentLabels) Accepts(r Requirement) bool {
-	return a.Labels.Contains(r.RunsOn) && !a.Labels.Intersects(r.Exclude) && r.RunsOn.Contains(a.Mandatory)
+	return a.Labels.Contains(r.RunsOn) && !a.Labels.Intersects(r.Exclude) && r.RunsOn.Contains(a.Mandatory) &&
+		(!r.Fork || r.ForkLabels.Contains(a.Mandatory))
 }
 
 // Explain says, in a sentence, why an agent does not accept r ("" if it does).
@@ -148,6 +170,9 @@ func (a AgentLabels) Explain(r Requirement) string {
 	for _, l := range a.Mandatory {
 		if !r.RunsOn.Has(l) {
 			return fmt.Sprintf("only takes jobs that ask for its mandatory label %s", l)
+		}
+		if r.Fork && !r.ForkLabels.Has(l) {
+			return fmt.Sprintf("has mandatory label %s, which the source does not let fork pull requests use", l)
 		}
 	}
 	return ""

@@ -70,6 +70,9 @@ func validateRun(nr NewRun) ([]NewJob, error) {
 		if j.Reuse != nil && !j.Reuse.Status.Terminal() {
 			return nil, invalid("job %q: a reused result must be terminal, not %q", j.Name, j.Reuse.Status)
 		}
+		if j.Reuse != nil && nr.Hold != "" {
+			return nil, invalid("job %q: a run held for approval carries over no results", j.Name)
+		}
 		bases[j.Base] = true
 		jobs[i] = j
 	}
@@ -174,11 +177,13 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		deliveryID = nr.DeliveryID
 	}
 	err = t.queryRow(ctx, `INSERT INTO runs (id, number, source, repository, workflow, workflow_file, workflow_hash,
-		event, inputs, trace, ref, sha, status, deadline, parent_run_id, rerun_of, delivery_id, created_at, updated_at)
-		VALUES (?, `+t.db.dialect.nextRunNumber()+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?) RETURNING number`,
+		event, inputs, trace, ref, sha, status, deadline, parent_run_id, rerun_of, delivery_id, created_at, updated_at,
+		approval_reason)
+		VALUES (?, `+t.db.dialect.nextRunNumber()+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) RETURNING number`,
 		runID, nr.Source, nr.Repository, nr.Workflow, nr.WorkflowFile, nr.WorkflowHash,
 		jsonText(nr.Event, "{}"), jsonText(nr.Inputs, "{}"), jsonText(nr.Trace, "[]"), nr.Ref, nr.SHA,
-		deadline, nullString(nr.ParentRunID), nullString(nr.RerunOf), deliveryID, now, now).Scan(&out.Number)
+		deadline, nullString(nr.ParentRunID), nullString(nr.RerunOf), deliveryID, now, now,
+		nullString(nr.Hold)).Scan(&out.Number)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}
@@ -206,6 +211,8 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			if err := r.reuse(j.Reuse, now); err != nil {
 				return err
 			}
+		case nr.Hold != "":
+			r.reason = nr.Hold // nothing is released before Approve
 		case len(j.Needs) > 0:
 			bs := make([]string, len(j.Needs))
 			for k, e := range j.Needs {
@@ -248,6 +255,9 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 	}
 	for _, j := range released {
 		t.moved(j)
+	}
+	if nr.Hold != "" {
+		return nil
 	}
 	return t.releaseRest(ctx, runID, jobs)
 }

@@ -38,7 +38,13 @@ type NewRun struct {
 	ParentRunID string // the run that triggered this one, if any
 	RerunOf     string // the run this one reruns, if any
 	DeliveryID  int64  // the event-log row of the webhook delivery, if any
-	Jobs        []NewJob
+	// Hold, when set, is why the run waits for an admin's approval (a pull
+	// request from a fork): its jobs are created pending with Hold as
+	// their reason and none is released until Runs().Approve. Held jobs
+	// are in no queue, so neither queue expiry nor the unroutable probe
+	// sees them; the run's timeout counts from the approval.
+	Hold string
+	Jobs []NewJob
 }
 
 // NewJob is one job of a new run: a plain job, or one child of a matrix.
@@ -115,8 +121,23 @@ type Run struct {
 	CreatedAt     time.Time
 	StartedAt     time.Time
 	FinishedAt    time.Time
-	Jobs          []Job // filled by Runs().Get, not by List
+	// Approval is set on a run that was held for an admin's approval.
+	Approval *Approval
+	Jobs     []Job // filled by Runs().Get, not by List
 }
+
+// Approval is the hold of a run and its end: why it waited, and who let it
+// run and when (zero while it waits, and for good when it was cancelled
+// instead).
+type Approval struct {
+	Reason     string
+	ApprovedBy string
+	ApprovedAt time.Time
+}
+
+// Waiting reports whether the run still waits for its approval (and has not
+// been cancelled instead: check the run's status).
+func (a *Approval) Waiting() bool { return a != nil && a.ApprovedAt.IsZero() }
 
 // Job is a stored job.
 type Job struct {

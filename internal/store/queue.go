@@ -22,10 +22,14 @@ const (
 
 // ReasonNoAgent says no connected agent offers the labels the job needs.
 func ReasonNoAgent(req kiln.Requirement) string {
-	if len(req.RunsOn) == 0 {
-		return "no connected agent without mandatory labels"
+	forks := ""
+	if req.Fork {
+		forks = " that takes fork pull requests"
 	}
-	return "no connected agent with labels " + strings.Join(req.RunsOn, ", ")
+	if len(req.RunsOn) == 0 {
+		return "no connected agent without mandatory labels" + forks
+	}
+	return "no connected agent with labels " + strings.Join(req.RunsOn, ", ") + forks
 }
 
 // ReasonAgentsBusy says every matching agent is at capacity.

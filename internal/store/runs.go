@@ -103,7 +103,9 @@ func (r Runs) Overdue(ctx context.Context, limit int) ([]Run, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return r.list(ctx, "deadline IS NOT NULL AND status IN ('pending', 'running', 'cancelling') AND deadline < ? ORDER BY deadline LIMIT ?",
+	// A run held for approval has no deadline yet: Approve sets it.
+	return r.list(ctx, "deadline IS NOT NULL AND status IN ('pending', 'running', 'cancelling') AND deadline < ?"+
+		" AND (approval_reason IS NULL OR approved_at IS NOT NULL) ORDER BY deadline LIMIT ?",
 		ms(r.h.now()), limit)
 }
 
@@ -193,7 +195,9 @@ func (r Runs) WorkflowDefinition(ctx context.Context, hash string) ([]byte, erro
 
 const runCols = `id, number, source, repository, workflow, workflow_file, workflow_hash, event, inputs, trace, ref, sha,
 	status, COALESCE(cancel_reason, ''), COALESCE(failure_reason, ''), deadline, COALESCE(parent_run_id, ''),
-	COALESCE(rerun_of, ''), COALESCE(delivery_id, 0), created_at, started_at, finished_at`
+	COALESCE(rerun_of, ''), COALESCE(delivery_id, 0), created_at, started_at, finished_at` + runApprovalCols
+
+const runApprovalCols = `, approval_reason, COALESCE(approved_by, ''), approved_at`
 
 func (r Runs) list(ctx context.Context, where string, args ...any) ([]Run, error) {
 	rows, err := r.h.reader().query(ctx, "SELECT "+runCols+" FROM runs WHERE "+where, args...)
@@ -206,10 +210,18 @@ func (r Runs) list(ctx context.Context, where string, args ...any) ([]Run, error
 		var run Run
 		var event, inputs, trace string
 		var deadline, created, started, finished sql.NullInt64
+		var held sql.NullString
+		var approval Approval
+		var approvedAt sql.NullInt64
 		if err := rows.Scan(&run.ID, &run.Number, &run.Source, &run.Repository, &run.Workflow, &run.WorkflowFile,
 			&run.WorkflowHash, &event, &inputs, &trace, &run.Ref, &run.SHA, &run.Status, &run.CancelReason,
-			&run.FailureReason, &deadline, &run.ParentRunID, &run.RerunOf, &run.DeliveryID, &created, &started, &finished); err != nil {
+			&run.FailureReason, &deadline, &run.ParentRunID, &run.RerunOf, &run.DeliveryID, &created, &started, &finished,
+			&held, &approval.ApprovedBy, &approvedAt); err != nil {
 			return nil, err
+		}
+		if held.Valid {
+			approval.Reason, approval.ApprovedAt = held.String, fromMS(approvedAt)
+			run.Approval = &approval
 		}
 		run.Event, run.Inputs, run.Trace = json.RawMessage(event), json.RawMessage(inputs), json.RawMessage(trace)
 		run.Deadline, run.CreatedAt, run.StartedAt, run.FinishedAt = fromMS(deadline), fromMS(created), fromMS(started), fromMS(finished)

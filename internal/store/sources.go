@@ -23,6 +23,11 @@ type Source struct {
 	Secret    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// ForkPullRequests is what the source does with pull requests from
+	// forks ("": kiln.ForkApprove); ForkLabels are the mandatory agent
+	// labels their jobs may use.
+	ForkPullRequests kiln.ForkPolicy
+	ForkLabels       kiln.Labels
 }
 
 func (s Source) validate() error {
@@ -37,17 +42,33 @@ func (s Source) validate() error {
 	if len(s.Config) > 0 && !json.Valid(s.Config) {
 		return invalid("the config of source %q is not valid JSON", s.Name)
 	}
-	return nil
+	if s.ForkPullRequests != "" && !s.ForkPullRequests.Valid() {
+		return invalid("fork_pull_requests %q is not approve, run or deny", s.ForkPullRequests)
+	}
+	return kiln.ValidateLabels(s.ForkLabels)
 }
 
-const sourceCols = "id, kind, name, config, secret, created_at, updated_at"
+// forkPolicy is the policy to store: approve unless one was given.
+func (s Source) forkPolicy() string {
+	if s.ForkPullRequests == "" {
+		return string(kiln.ForkApprove)
+	}
+	return string(s.ForkPullRequests)
+}
+
+const sourceCols = "id, kind, name, config, secret, created_at, updated_at" + sourceForkCols
+
+const sourceForkCols = ", fork_pull_requests, fork_labels"
 
 func scanSource(r interface{ Scan(...any) error }) (Source, error) {
 	var s Source
 	var config string
 	var created, updated sql.NullInt64
-	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &s.Secret, &created, &updated)
+	var forkLabels string
+	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &s.Secret, &created, &updated,
+		&s.ForkPullRequests, &forkLabels)
 	s.Config, s.CreatedAt, s.UpdatedAt = json.RawMessage(config), fromMS(created), fromMS(updated)
+	s.ForkLabels = kiln.ParseLabelsKey(forkLabels)
 	return s, err
 }
 
@@ -70,8 +91,9 @@ func (ss Sources) Create(ctx context.Context, s Source) (Source, error) {
 		if n > 0 {
 			return conflict("a source named %q already exists", s.Name)
 		}
-		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
-			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), ms(t.now)))
+		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
+			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), ms(t.now),
+			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key()))
 		return err
 	})
 	return out, err
@@ -113,7 +135,7 @@ func (ss Sources) List(ctx context.Context) ([]Source, error) {
 	return out, rows.Err()
 }
 
-// Update replaces a source's kind, name, config and secret.
+// Update replaces a source's kind, name, config, secret and fork policy.
 func (ss Sources) Update(ctx context.Context, s Source) error {
 	if err := s.validate(); err != nil {
 		return err
@@ -126,8 +148,10 @@ func (ss Sources) Update(ctx context.Context, s Source) error {
 		if n > 0 {
 			return conflict("a source named %q already exists", s.Name)
 		}
-		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, secret = ?, updated_at = ? WHERE id = ?",
-			string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), s.ID)
+		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, secret = ?, updated_at = ?"+
+			", fork_pull_requests = ?, fork_labels = ? WHERE id = ?",
+			string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now),
+			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key(), s.ID)
 		if err != nil {
 			return err
 		}

@@ -46,6 +46,14 @@ func Validate(ev *kiln.Event) error {
 			return err
 		}
 	}
+	if ev.Fork != nil {
+		if ev.Name != kiln.EventPullRequest {
+			return invalid("only a pull_request event comes from a fork")
+		}
+		if err := checkFork(ev.Fork); err != nil {
+			return err
+		}
+	}
 	switch ev.ChangedFilesStatus {
 	case "", kiln.ChangedFilesFetched, kiln.ChangedFilesUnavailable:
 	default:

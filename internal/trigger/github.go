@@ -3,6 +3,7 @@ package trigger
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kilnci/kiln"
 )
@@ -46,12 +47,16 @@ type prPayload struct {
 	PullRequest *struct {
 		Title string `json:"title"`
 		Head  struct {
-			Ref string `json:"ref"`
-			SHA string `json:"sha"`
+			Ref  string `json:"ref"`
+			SHA  string `json:"sha"`
+			Repo *repo  `json:"repo"` // null when the fork was deleted
 		} `json:"head"`
 		Base struct {
-			Ref string `json:"ref"`
+			Ref  string `json:"ref"`
+			Repo *repo  `json:"repo"`
 		} `json:"base"`
+		User              *user  `json:"user"`
+		AuthorAssociation string `json:"author_association"` // GitHub only
 	} `json:"pull_request"`
 	Repository *repo `json:"repository"`
 	Sender     *user `json:"sender"`
@@ -98,7 +103,62 @@ func prEvent(forge string, p *prPayload, action string) (*kiln.Event, error) {
 	if err := fillRepo(forge, "pull_request", ev, p.Repository); err != nil {
 		return nil, err
 	}
+	fork, err := prFork(forge, p)
+	if err != nil {
+		return nil, err
+	}
+	ev.Fork = fork
 	return ev, nil
+}
+
+// prFork tells a pull request from a fork (its head repository is not its
+// base repository) and who opened it, or returns nil for a branch of the
+// repository itself. A head repository the payload does not name (GitHub
+// sends null once the fork is deleted) counts as a fork: nothing vouches
+// for the code.
+func prFork(forge string, p *prPayload) (*kiln.Fork, error) {
+	pr := p.PullRequest
+	base := p.Repository.FullName
+	if pr.Base.Repo != nil && pr.Base.Repo.FullName != "" {
+		base = pr.Base.Repo.FullName
+	}
+	head := ""
+	if pr.Head.Repo != nil {
+		head = pr.Head.Repo.FullName
+	}
+	if head != "" && strings.EqualFold(head, base) {
+		return nil, nil
+	}
+	f := &kiln.Fork{HeadRepository: head, AuthorAssociation: strings.ToUpper(pr.AuthorAssociation)}
+	switch {
+	case pr.User != nil && pr.User.Login != "":
+		f.Author = pr.User.Login
+	case p.Sender != nil:
+		f.Author = p.Sender.Login
+	}
+	if err := checkFork(f); err != nil {
+		return nil, invalid("%s pull_request payload: %s", forge, kiln.ErrorMessage(err))
+	}
+	return f, nil
+}
+
+// checkFork rejects fork details that are not plain names: they end up in
+// pending reasons, commit statuses and logs.
+func checkFork(f *kiln.Fork) error {
+	for _, v := range []struct{ field, value string }{
+		{"pull_request.head.repo.full_name", f.HeadRepository}, {"pull_request.user.login", f.Author},
+		{"pull_request.author_association", f.AuthorAssociation},
+	} {
+		if len(v.value) > 256 {
+			return invalid("%s is longer than 256 bytes", v.field)
+		}
+		for _, r := range v.value {
+			if r <= ' ' || r == 0x7f || r == utf8.RuneError {
+				return invalid("%s contains white space or control characters", v.field)
+			}
+		}
+	}
+	return nil
 }
 
 func clip(s string) string {

@@ -96,6 +96,9 @@ func TestFromGiteaFixtures(t *testing.T) {
 		ev.Repository, ev.CloneURL, ev.DefaultBranch = "kiln-org/app", "https://gitea.example.org/kiln-org/app.git", "main"
 		return ev
 	}
+	// The fixtures' pull request comes from bob's fork; Gitea does not say
+	// how bob relates to the repository.
+	giteaFork := &kiln.Fork{HeadRepository: "bob/app", Author: "bob"}
 	cases := []struct {
 		file, event string
 		want        *kiln.Event
@@ -114,13 +117,13 @@ func TestFromGiteaFixtures(t *testing.T) {
 		{"push.delete.json", "push", nil, "branch feature/old was deleted"},
 		{"pull_request.opened.json", "pull_request", repo(&kiln.Event{Name: "pull_request", Action: "opened", Ref: "refs/pull/12/head",
 			SHA: "c0ffee00d15ea5e5badc0de0123456789abcdef0", Branch: "faster-claims", BaseBranch: "main", Actor: "bob",
-			PR: &kiln.PR{Number: 12, Title: "store: faster claims"}}), ""},
+			PR: &kiln.PR{Number: 12, Title: "store: faster claims"}, Fork: giteaFork}), ""},
 		{"pull_request.synchronized.json", "pull_request", repo(&kiln.Event{Name: "pull_request", Action: "synchronize", Ref: "refs/pull/12/head",
 			SHA: "c0ffee00d15ea5e5badc0de0123456789abcdef0", Branch: "faster-claims", BaseBranch: "main", Actor: "bob",
-			PR: &kiln.PR{Number: 12, Title: "store: faster claims"}}), ""},
+			PR: &kiln.PR{Number: 12, Title: "store: faster claims"}, Fork: giteaFork}), ""},
 		{"pull_request.closed.json", "pull_request", repo(&kiln.Event{Name: "pull_request", Action: "closed", Ref: "refs/pull/12/head",
 			SHA: "c0ffee00d15ea5e5badc0de0123456789abcdef0", Branch: "faster-claims", BaseBranch: "main", Actor: "bob",
-			PR: &kiln.PR{Number: 12, Title: "store: faster claims"}}), ""},
+			PR: &kiln.PR{Number: 12, Title: "store: faster claims"}, Fork: giteaFork}), ""},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
