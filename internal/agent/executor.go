@@ -104,7 +104,7 @@ func jobFromDispatch(d *proto.Dispatch) (*executor.Job, error) {
 		if (c.URL == "") == (c.LocalPath == "") {
 			return nil, errors.New("the checkout must name exactly one of a URL and a local path")
 		}
-		job.Checkout = &executor.Checkout{URL: c.URL, Ref: c.Ref, SHA: c.SHA, LocalPath: c.LocalPath}
+		job.Checkout = &executor.Checkout{URL: c.URL, Ref: c.Ref, SHA: c.SHA, LocalPath: c.LocalPath, Hint: c.Hint}
 		if a := c.Auth; a != nil {
 			job.Checkout.Auth = &executor.GitAuth{Username: a.Username, Password: a.Password}
 			if a.SSHKey != "" {

@@ -174,6 +174,12 @@ type StartRequest struct {
 	Matches    []Match
 	DeliveryID int64
 	ParentRun  string
+	// Hold, when set, creates the runs held for an admin's approval with
+	// this reason (Approve releases them).
+	Hold string
+	// ForkLabels are the mandatory agent labels the jobs of a fork pull
+	// request (Event.Fork) may use: its source's fork_labels.
+	ForkLabels kiln.Labels
 }
 
 // Start creates the runs of an event in one transaction. within, if not nil,
@@ -192,6 +198,7 @@ func (e *Engine) Start(ctx context.Context, req StartRequest, within func(tx *st
 			nr, err := newRun(runInput{
 				wf: m.Workflow, content: m.Content, event: req.Event, inputs: m.Inputs, decision: decision,
 				source: req.Source, delivery: req.DeliveryID, parent: req.ParentRun, attempt: 1, only: m.Jobs,
+				hold: req.Hold, forkLabels: req.ForkLabels,
 			})
 			if err != nil {
 				return err

@@ -75,6 +75,8 @@ func Release(job store.ReadyJob) store.Release {
 		if err != nil {
 			return store.Release{Fail: err.Error()}
 		}
+		// A fork's job keeps its restriction whatever runs_on evaluated to.
+		req.Fork, req.ForkLabels = rp.Fork, kiln.NewLabels(rp.ForkLabels...)
 		rel.Requirement = &req
 	}
 	b.Agent.WorkflowEnv, b.Agent.JobEnv = wfEnv, jobEnv

@@ -46,6 +46,16 @@ func (e *Engine) Rerun(ctx context.Context, runID string, failedOnly bool) (stor
 		wf: wf, content: content, event: &ev, inputs: inputs, decision: orig.Trace,
 		source: orig.Source, rerunOf: orig.ID, attempt: attemptOf(orig) + 1,
 	}
+	if ev.Fork != nil {
+		// A rerun is an admin's act and runs at once, but a fork's code
+		// stays a fork's: its jobs keep to the labels its source allows
+		// forks today (none when the source is gone).
+		if src, err := e.db.Sources().Get(ctx, orig.Source); err == nil {
+			in.forkLabels = src.ForkLabels
+		} else if kiln.ErrorCode(err) != kiln.CodeNotFound {
+			return store.CreatedRun{}, err
+		}
+	}
 	if failedOnly {
 		in.reuse = reusable(orig.Jobs)
 		if len(in.reuse) == len(orig.Jobs) {

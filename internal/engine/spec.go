@@ -30,6 +30,10 @@ type runInput struct {
 	reuse map[string]store.Reused
 	// only limits the run to these job ids and their needs (nil: all).
 	only []string
+	// hold holds the run for approval with this reason.
+	hold string
+	// forkLabels are the mandatory labels a fork's jobs may use.
+	forkLabels kiln.Labels
 }
 
 // newRun builds the store's NewRun for one matched workflow.
@@ -47,7 +51,7 @@ func newRun(in runInput) (store.NewRun, error) {
 		Workflow: in.wf.Name, WorkflowFile: in.wf.File, WorkflowHash: in.wf.Hash, WorkflowContent: in.content,
 		Event: evJSON, Inputs: inputsJSON, Trace: in.decision,
 		Ref: in.event.Ref, SHA: in.event.SHA, Timeout: in.wf.Timeout,
-		ParentRunID: in.parent, RerunOf: in.rerunOf, DeliveryID: in.delivery,
+		ParentRunID: in.parent, RerunOf: in.rerunOf, DeliveryID: in.delivery, Hold: in.hold,
 	}
 	contexts := map[string]any{
 		"event":  workflow.EventContext(in.event),
@@ -123,15 +127,20 @@ func orEmpty(m map[string]any) map[string]any {
 // workflow.Parse is kept, so releasing the job parses nothing again.
 func newJob(in runInput, j *workflow.Job, v workflow.Variant, contexts map[string]any) (store.NewJob, error) {
 	b := jobspec.Job{Agent: jobSpec(in, j, v, contexts), Release: jobspec.Plan{Workflow: in.wf.Name, Attempt: max(in.attempt, 1)}}
+	fork := in.event.Fork != nil
 	if j.Checkout {
 		b.Checkout = &jobspec.Checkout{Source: in.source, Repository: in.event.Repository,
-			URL: in.event.CloneURL, Ref: in.event.Ref, SHA: in.event.SHA}
+			URL: in.event.CloneURL, Ref: in.event.Ref, SHA: in.event.SHA, Fork: fork}
 	}
 	rp := &b.Release
 	if j.If != nil {
 		rp.If = j.If.String()
 	}
 	req, literal := literalRequirement(j)
+	if fork {
+		rp.Fork, rp.ForkLabels = true, in.forkLabels
+		req.Fork, req.ForkLabels = true, kiln.NewLabels(in.forkLabels...)
+	}
 	if !literal {
 		rp.RunsOn, rp.Exclude = sources(j.RunsOn), sources(j.ExcludeLabels)
 	}

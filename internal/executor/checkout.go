@@ -48,11 +48,18 @@ func (e *Execution) runCheckout(js *jobState) {
 		ev.Status, ev.Error = kiln.StepFailed, fmt.Sprintf("job timed out after %s", e.job.Timeout)
 		js.timedOut = true
 	default:
-		ev.Status, ev.Error = kiln.StepFailed, err.Error()
-		js.fail("checkout failed: " + err.Error())
+		msg := err.Error()
+		if hint := e.job.Checkout.Hint; hint != "" {
+			msg += " (" + hint + ")"
+		}
+		ev.Status, ev.Error = kiln.StepFailed, msg
+		js.fail("checkout failed: " + msg)
 	}
 	if err != nil && g.stop == stopNone {
 		log.notice("checkout failed: %v", err)
+		if hint := e.job.Checkout.Hint; hint != "" {
+			log.notice("%s", hint)
+		}
 	}
 	ev.LogBytes = log.close()
 	ev.FinishedAt = e.x.cfg.Clock()

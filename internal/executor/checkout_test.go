@@ -291,9 +291,14 @@ func TestCheckoutOverHTTPWithToken(t *testing.T) {
 		t.Error("a URL-embedded token leaked")
 	}
 
-	// Without credentials the server refuses, and git does not prompt.
-	res, _ = runJob(t, x, &Job{JobID: "j", Checkout: &Checkout{URL: url, SHA: first}, Steps: []Step{{Run: "true"}}})
+	// Without credentials the server refuses, and git does not prompt; the
+	// server's hint on how to give kiln credentials follows the error.
+	const hint = "source gh has no clone credential; kiln sources update gh --clone-token-env VAR"
+	res, rec = runJob(t, x, &Job{JobID: "j", Checkout: &Checkout{URL: url, SHA: first, Hint: hint}, Steps: []Step{{Run: "true"}}})
 	wantStatuses(t, res, failed, skipped)
+	if !strings.Contains(res.Error, hint) || !strings.Contains(rec.text(CheckoutIndex), hint) {
+		t.Errorf("a failed anonymous checkout does not say how to fix it: %q\n%s", res.Error, rec.text(CheckoutIndex))
+	}
 }
 
 func TestCancelDuringCheckout(t *testing.T) {

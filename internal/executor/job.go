@@ -103,6 +103,10 @@ type Checkout struct {
 	LocalPath string
 
 	Auth *GitAuth
+	// Hint, when set, follows the error of a failed checkout: how to give
+	// kiln the credentials it lacked (the server sends one with an
+	// anonymous clone).
+	Hint string
 }
 
 // GitAuth are the credentials git uses to fetch. They reach git only

@@ -32,6 +32,13 @@ type fakeForge struct {
 	statuses []postedStatus
 	requests []string // "METHOD path?query"
 	override func(w http.ResponseWriter, r *http.Request) bool
+	// collaborators answers GET /repos/acme/app/collaborators/{user}:
+	// the status per user (204 yes, 404 no, anything else a failure);
+	// users it does not name get 404.
+	collaborators map[string]int
+	// scopes is GitHub's X-OAuth-Scopes header on GET /user: a classic
+	// token's scopes; nil sends none, as for a fine-grained token.
+	scopes *string
 }
 
 type fakeEntry struct {
@@ -68,6 +75,8 @@ func newFakeForge(t testing.TB, gitea bool, token string) *fakeForge {
 	mux.HandleFunc("POST "+p+"/statuses/{sha}", f.status)
 	mux.HandleFunc("GET "+p+"/commits/{ref...}", f.commit) // GitHub
 	mux.HandleFunc("GET "+p+"/commits", f.commitList)      // Gitea
+	mux.HandleFunc("GET "+p+"/collaborators/{user}", f.collaborator)
+	mux.HandleFunc("GET "+f.prefix+"/user", f.user)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
@@ -140,6 +149,38 @@ func (f *fakeForge) repoOK(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// collaborator answers as both forges do: 204 with no body when the user
+// may push, 404 with a message when not.
+func (f *fakeForge) collaborator(w http.ResponseWriter, r *http.Request) {
+	if !f.repoOK(w, r) {
+		return
+	}
+	f.mu.Lock()
+	st, ok := f.collaborators[r.PathValue("user")]
+	f.mu.Unlock()
+	switch {
+	case !ok || st == http.StatusNotFound:
+		f.errorJSON(w, http.StatusNotFound, "Not Found")
+	case st == http.StatusNoContent:
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		f.errorJSON(w, st, "Server Error")
+	}
+}
+
+// user answers GET /user for the token's owner, with GitHub's
+// X-OAuth-Scopes header when the token is a classic one.
+func (f *fakeForge) user(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	scopes := f.scopes
+	f.mu.Unlock()
+	if scopes != nil && !f.gitea {
+		w.Header().Set("X-OAuth-Scopes", *scopes)
+		w.Header().Set("X-Accepted-OAuth-Scopes", "")
+	}
+	writeJSON(w, 200, map[string]any{"login": "kiln-bot", "id": 7, "type": "User"})
 }
 
 func (f *fakeForge) repo(w http.ResponseWriter, r *http.Request) {

@@ -339,14 +339,81 @@ func TestResolveAndClone(t *testing.T) {
 		_, err := repo.Resolve(t.Context(), fakeRepo, "-x")
 		wantCode(t, err, kiln.CodeInvalid)
 
+		// The source's token never goes to agents: with no clone
+		// credential the clone is anonymous, with a hint naming the flag.
 		ci, err := repo.Clone(t.Context(), fakeRepo)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ci.URL != f.base()+"/acme/app.git" || ci.Password != "tok-123" || ci.Username == "" || strings.Contains(ci.URL, "tok") {
+		if ci.URL != f.base()+"/acme/app.git" || ci.Password != "" || ci.Username != "" || ci.SSHKey != "" ||
+			!strings.Contains(ci.Hint, "--clone-token-env") {
 			t.Errorf("Clone = %+v", ci)
 		}
 	})
+}
+
+// A token source's agents get its clone credential: a read-only token
+// (as the password of the forge's user name, or the one given), or an
+// ssh deploy key with its pinned host keys and the ssh address.
+// Proves B179 (docs/behaviours.md).
+func TestCloneCredentials(t *testing.T) {
+	const key = "-----BEGIN OPENSSH PRIVATE KEY-----\nKEY\n-----END OPENSSH PRIVATE KEY-----\n"
+	for _, a := range apiForges {
+		t.Run(a.name, func(t *testing.T) {
+			base := "https://forge.example.test"
+			user := "x-access-token"
+			if a.gitea {
+				user = "kiln"
+			}
+			cases := []struct {
+				clone *CloneConfig
+				want  CloneInfo
+			}{
+				{&CloneConfig{Token: "read-1"}, CloneInfo{URL: base + "/acme/app.git", Username: user, Password: "read-1"}},
+				{&CloneConfig{Token: "read-1", Username: "bot"}, CloneInfo{URL: base + "/acme/app.git", Username: "bot", Password: "read-1"}},
+				{&CloneConfig{SSHKey: key, KnownHosts: "forge.example.test ssh-ed25519 AAAA"},
+					CloneInfo{URL: "ssh://git@forge.example.test/acme/app.git", SSHKey: key, KnownHosts: "forge.example.test ssh-ed25519 AAAA"}},
+				{&CloneConfig{SSHKey: key, SSHURL: "ssh://gitea@forge.example.test:2222"},
+					CloneInfo{URL: "ssh://gitea@forge.example.test:2222/acme/app.git", SSHKey: key}},
+			}
+			for _, c := range cases {
+				src := a.source(base)
+				if a.gitea {
+					src.Gitea.Clone = c.clone
+				} else {
+					src.GitHub.Clone, src.GitHub.WebBase = c.clone, base
+				}
+				repo, err := NewRepo(src, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := repo.Clone(t.Context(), fakeRepo)
+				if err != nil || got != c.want {
+					t.Errorf("%+v: Clone = %+v (%v), want %+v", c.clone, got, err, c.want)
+				}
+				red := src.Redacted()
+				var cl *CloneConfig
+				if a.gitea {
+					cl = red.Gitea.Clone
+				} else {
+					cl = red.GitHub.Clone
+				}
+				if strings.Contains(fmt.Sprint(*cl), "read-1") || strings.Contains(fmt.Sprint(*cl), "KEY") {
+					t.Errorf("redacted clone settings show a secret: %+v", *cl)
+				}
+			}
+			for _, bad := range []*CloneConfig{{}, {Token: "t", SSHKey: key}, {Username: "u", SSHKey: key}, {Token: "t", KnownHosts: "x"},
+				{SSHKey: "not a key"}, {SSHKey: key, SSHURL: "https://forge.example.test"}} {
+				src := a.source(base)
+				if a.gitea {
+					src.Gitea.Clone = bad
+				} else {
+					src.GitHub.Clone = bad
+				}
+				wantCode(t, src.Validate(), kiln.CodeInvalid)
+			}
+		})
+	}
 }
 
 func TestGitHubCloneURLs(t *testing.T) {

@@ -144,3 +144,8 @@ func (g *generic) PostStatus(context.Context, string, string, Status) error { re
 func (g *generic) Clone(context.Context, string) (CloneInfo, error) {
 	return CloneInfo{URL: g.cfg.CloneURL, Username: g.cfg.CloneUsername, Password: g.cfg.ClonePassword}, nil
 }
+
+// Collaborator cannot tell: a generic source has no forge API.
+func (g *generic) Collaborator(context.Context, string, string) (bool, error) {
+	return false, kiln.Errorf(kiln.CodeUnavailable, "a generic source cannot tell who may push to its repository")
+}

@@ -15,13 +15,14 @@ const giteaPageSize = 50
 
 // gitea is a Repo over the Gitea (and Forgejo) REST API, /api/v1.
 type gitea struct {
+	name  string // the source's
 	api   *apiClient
 	web   *url.URL
-	token string
 	maxWF int64
+	clone *CloneConfig
 }
 
-func newGitea(c *GiteaConfig, o Options) (*gitea, error) {
+func newGitea(name string, c *GiteaConfig, o Options) (*gitea, error) {
 	web, err := parseBase(c.APIBase, "/api/v1")
 	if err != nil {
 		return nil, err
@@ -30,7 +31,7 @@ func newGitea(c *GiteaConfig, o Options) (*gitea, error) {
 	api.Path += "/api/v1"
 	tok := c.Token
 	return &gitea{
-		web: web, token: tok, maxWF: o.MaxWorkflowBytes,
+		name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone,
 		api: &apiClient{
 			forge: "Gitea", base: &api, hc: o.HTTPClient, maxBody: o.MaxResponseBytes, now: o.Now,
 			headers: map[string]string{"Accept": "application/json"},
@@ -131,10 +132,24 @@ func (g *gitea) PostStatus(ctx context.Context, repo, sha string, st Status) err
 	return postStatus(ctx, g.api, repo, sha, st)
 }
 
+// Clone gives agents the source's clone credential, or nothing: never the
+// source's own token. Gitea reads an access token as the password of any
+// user name.
 func (g *gitea) Clone(_ context.Context, repo string) (CloneInfo, error) {
-	if _, _, err := splitRepo(repo); err != nil {
-		return CloneInfo{}, err
+	return cloneWith(g.clone, g.web, repo, "kiln", g.name)
+}
+
+// Collaborator says whether user may push to repo: the repository's owner
+// may; anyone else Gitea's collaborators API answers for (204 yes, 404
+// no). Gitea's pull request payloads say nothing of the author's relation
+// to the repository, unlike GitHub's author_association.
+func (g *gitea) Collaborator(ctx context.Context, repo, user string) (bool, error) {
+	owner, _, err := splitRepo(repo)
+	if err != nil {
+		return false, err
 	}
-	// Gitea accepts an access token as the password of any user name.
-	return CloneInfo{URL: g.web.String() + "/" + repo + ".git", Username: "kiln", Password: g.token}, nil
+	if strings.EqualFold(owner, user) {
+		return true, nil
+	}
+	return askCollaborator(ctx, g.api, repo, user)
 }

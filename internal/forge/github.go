@@ -22,13 +22,16 @@ const (
 
 // gitHub is a Repo over GitHub's REST API (github.com or Enterprise).
 type gitHub struct {
+	name   string // the source's
 	api    *apiClient
 	web    *url.URL
 	maxWF  int64
 	tokens func(ctx context.Context) (string, time.Time, error)
+	app    *appTokens // nil for a token source
+	clone  *CloneConfig
 }
 
-func newGitHub(c *GitHubConfig, o Options) (*gitHub, error) {
+func newGitHub(name string, c *GitHubConfig, o Options) (*gitHub, error) {
 	base, err := parseBase(cmpOr(c.APIBase, DefaultGitHubAPI), "")
 	if err != nil {
 		return nil, err
@@ -37,7 +40,7 @@ func newGitHub(c *GitHubConfig, o Options) (*gitHub, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gitHub{web: web, maxWF: o.MaxWorkflowBytes}
+	g := &gitHub{name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone}
 	g.api = &apiClient{
 		forge: "GitHub", base: base, hc: o.HTTPClient, maxBody: o.MaxResponseBytes, now: o.Now,
 		headers: map[string]string{"Accept": gitHubMediaType, "X-GitHub-Api-Version": gitHubAPIVersion},
@@ -47,7 +50,7 @@ func newGitHub(c *GitHubConfig, o Options) (*gitHub, error) {
 		if err != nil {
 			return nil, err
 		}
-		g.tokens = app.token
+		g.tokens, g.app = app.token, app
 	} else {
 		tok := c.Token
 		g.tokens = func(context.Context) (string, time.Time, error) { return tok, time.Time{}, nil }
@@ -189,14 +192,46 @@ func postStatus(ctx context.Context, api *apiClient, repo, sha string, st Status
 	return err
 }
 
+// Clone gives a GitHub App source's agents an installation token minted
+// for repo alone with contents: read, and a token source's agents its
+// clone credential, or nothing: never the source's own token.
 func (g *gitHub) Clone(ctx context.Context, repo string) (CloneInfo, error) {
-	if _, _, err := splitRepo(repo); err != nil {
-		return CloneInfo{}, err
+	if g.app == nil {
+		return cloneWith(g.clone, g.web, repo, "x-access-token", g.name)
 	}
-	tok, exp, err := g.tokens(ctx)
+	_, name, err := splitRepo(repo)
 	if err != nil {
 		return CloneInfo{}, err
 	}
-	// GitHub takes any token as the password of user x-access-token.
+	tok, exp, err := g.app.readToken(ctx, name)
+	if err != nil {
+		return CloneInfo{}, err
+	}
+	// GitHub takes an installation token as the password of x-access-token.
 	return CloneInfo{URL: g.web.String() + "/" + repo + ".git", Username: "x-access-token", Password: tok, ExpiresAt: exp}, nil
+}
+
+// Collaborator asks GET /repos/{o}/{r}/collaborators/{user}: 204 yes, 404 no.
+func (g *gitHub) Collaborator(ctx context.Context, repo, user string) (bool, error) {
+	return askCollaborator(ctx, g.api, repo, user)
+}
+
+// askCollaborator is GitHub's and Gitea's collaborator check: 204 when
+// user may push to repo, 404 when not.
+func askCollaborator(ctx context.Context, api *apiClient, repo, user string) (bool, error) {
+	rp, err := repoPath(repo)
+	if err != nil {
+		return false, err
+	}
+	if user == "" || strings.ContainsAny(user, "/?#") {
+		return false, kiln.Errorf(kiln.CodeInvalid, "%q is not a user name", user)
+	}
+	_, _, err = api.doRaw(ctx, request{method: http.MethodGet, path: rp + "/collaborators/" + url.PathEscape(user)})
+	switch kiln.ErrorCode(err) {
+	case "":
+		return true, nil
+	case kiln.CodeNotFound:
+		return false, nil
+	}
+	return false, err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -65,7 +66,8 @@ func TestGitHubAppInstallationTokens(t *testing.T) {
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 
 	f := newFakeForge(t, false, "Bearer ghs_1")
-	exchanges := 0
+	exchanges, readExchanges := 0, 0
+	var readBodies []string
 	f.setOverride(func(w http.ResponseWriter, r *http.Request) bool {
 		if r.URL.Path != "/app/installations/987/access_tokens" {
 			return false
@@ -76,6 +78,26 @@ func TestGitHubAppInstallationTokens(t *testing.T) {
 		}
 		if why := checkAppJWT(r.Header.Get("Authorization"), &key.PublicKey, clock()); why != "" {
 			f.errorJSON(w, 401, "A JSON web token could not be decoded: "+why)
+			return true
+		}
+		body, _ := io.ReadAll(r.Body)
+		var restrict struct {
+			Repositories []string          `json:"repositories"`
+			Permissions  map[string]string `json:"permissions"`
+		}
+		if len(body) > 0 && json.Unmarshal(body, &restrict) == nil && len(restrict.Repositories) > 0 {
+			// A token restricted to repositories and permissions, as
+			// GitHub mints it: the API token stays what it was.
+			mu.Lock()
+			readExchanges++
+			readBodies = append(readBodies, string(body))
+			n := readExchanges
+			mu.Unlock()
+			writeJSON(w, 201, map[string]any{
+				"token": fmt.Sprintf("ghs_read_%d", n), "expires_at": clock().Add(time.Hour).Format(time.RFC3339),
+				"permissions": restrict.Permissions, "repository_selection": "selected",
+				"repositories": []map[string]any{{"name": restrict.Repositories[0], "full_name": "acme/" + restrict.Repositories[0]}},
+			})
 			return true
 		}
 		mu.Lock()
@@ -109,9 +131,16 @@ func TestGitHubAppInstallationTokens(t *testing.T) {
 	if exchanges != 1 {
 		t.Fatalf("%d token exchanges for 3 calls, want 1 (cached)", exchanges)
 	}
-	ci, err := repo.Clone(ctx, fakeRepo)
-	if err != nil || ci.Username != "x-access-token" || ci.Password != "ghs_1" || !ci.ExpiresAt.Equal(clock().Add(time.Hour)) {
-		t.Errorf("Clone = %+v %v", ci, err)
+	// Agents get a token minted for the one repository, read-only, and
+	// reused while it is fresh: never the installation's own.
+	for range 2 {
+		ci, err := repo.Clone(ctx, fakeRepo)
+		if err != nil || ci.Username != "x-access-token" || ci.Password != "ghs_read_1" || !ci.ExpiresAt.Equal(clock().Add(time.Hour)) {
+			t.Errorf("Clone = %+v %v", ci, err)
+		}
+	}
+	if readExchanges != 1 || readBodies[0] != `{"permissions":{"contents":"read"},"repositories":["app"]}` {
+		t.Errorf("clone token requests: %q", readBodies)
 	}
 
 	advance(54 * time.Minute) // still 6 minutes left: reused

@@ -159,3 +159,8 @@ func (g gitRepo) fullRef(ctx context.Context, ref, def string) (string, error) {
 	}
 	return "", kiln.Errorf(kiln.CodeNotFound, "the repository has no branch or tag named %q", ref)
 }
+
+// Collaborator cannot tell: a local source has no forge API.
+func (l *local) Collaborator(context.Context, string, string) (bool, error) {
+	return false, kiln.Errorf(kiln.CodeUnavailable, "a local source cannot tell who may push to its repository")
+}

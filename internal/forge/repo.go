@@ -44,9 +44,13 @@ type Repo interface {
 	// PostStatus sets a commit status. Sources with no status API (generic,
 	// local) accept and drop it.
 	PostStatus(ctx context.Context, repo, sha string, st Status) error
-	// Clone says how an agent fetches the repository; credentials are
-	// separate from the URL.
+	// Clone says how an agent fetches the repository, with read-only
+	// credentials (or none); credentials are separate from the URL.
 	Clone(ctx context.Context, repo string) (CloneInfo, error)
+	// Collaborator reports whether user may push to repo: its owner or a
+	// collaborator. An error means the forge could not tell (sources
+	// without a forge API never can).
+	Collaborator(ctx context.Context, repo, user string) (bool, error)
 }
 
 // WorkflowFile is one workflow file read at a commit.
@@ -56,14 +60,20 @@ type WorkflowFile struct {
 	Err     error // set instead of Content when the file cannot be used
 }
 
-// CloneInfo is how an agent fetches a repository. The password is a token
-// (a GitHub App installation token expires after an hour: ExpiresAt); it is
-// never in URL. Agents pass it to git in a header, not on a command line.
+// CloneInfo is how an agent fetches a repository, with read-only
+// credentials at most: a token (a GitHub App's is minted for the one
+// repository with contents: read and expires after an hour: ExpiresAt) or
+// an ssh deploy key, never in the URL. Agents pass them to git in its
+// environment, not on a command line. With no credentials Hint says how to
+// give some, for the agent to show when the anonymous clone fails.
 type CloneInfo struct {
-	URL       string    `json:"url"`
-	Username  string    `json:"username,omitempty"`
-	Password  string    `json:"password,omitempty"`
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	URL        string    `json:"url"`
+	Username   string    `json:"username,omitempty"`
+	Password   string    `json:"password,omitempty"`
+	SSHKey     string    `json:"ssh_key,omitempty"`
+	KnownHosts string    `json:"known_hosts,omitempty"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
+	Hint       string    `json:"hint,omitempty"`
 }
 
 // Options are the dependencies of every Repo.
@@ -107,9 +117,9 @@ func NewRepo(src *Source, opts Options) (Repo, error) {
 	opts = opts.withDefaults()
 	switch src.Kind {
 	case kiln.SourceGitHub:
-		return newGitHub(src.GitHub, opts)
+		return newGitHub(src.Name, src.GitHub, opts)
 	case kiln.SourceGitea:
-		return newGitea(src.Gitea, opts)
+		return newGitea(src.Name, src.Gitea, opts)
 	case kiln.SourceGeneric:
 		return newGeneric(src.Generic, opts), nil
 	case kiln.SourceLocal:

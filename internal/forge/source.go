@@ -39,6 +39,9 @@ type GitHubConfig struct {
 	Token         string     `json:"token,omitempty"`
 	App           *GitHubApp `json:"app,omitempty"`
 	WebhookSecret string     `json:"webhook_secret"`
+	// Clone is the read-only credential agents clone with (a token
+	// source's; a GitHub App mints its own).
+	Clone *CloneConfig `json:"clone,omitempty"`
 }
 
 // GitHubApp names a GitHub App installation; kiln mints a JWT with the
@@ -57,6 +60,8 @@ type GiteaConfig struct {
 	APIBase       string `json:"api_base"`
 	Token         string `json:"token"`
 	WebhookSecret string `json:"webhook_secret"`
+	// Clone is the read-only credential agents clone with.
+	Clone *CloneConfig `json:"clone,omitempty"`
 }
 
 // GenericConfig is a source with no forge API: a signed webhook names what
@@ -163,8 +168,12 @@ func (c *GitHubConfig) validate() error {
 		return kiln.Errorf(kiln.CodeInvalid, "give either a token or a GitHub App, not both")
 	case c.Token == "" && c.App == nil:
 		return kiln.Errorf(kiln.CodeInvalid, "a token or a GitHub App is needed to read workflow files and post statuses")
+	case c.App != nil && c.Clone != nil:
+		return kiln.Errorf(kiln.CodeInvalid, "a GitHub App source takes no clone credential: it mints a read-only token for each checkout")
 	case c.App != nil:
 		return c.App.validate()
+	case c.Clone != nil:
+		return c.Clone.validate()
 	}
 	return nil
 }
@@ -194,6 +203,9 @@ func (c *GiteaConfig) validate() error {
 	}
 	if c.Token == "" {
 		return kiln.Errorf(kiln.CodeInvalid, "a token is needed to read workflow files and post statuses")
+	}
+	if c.Clone != nil {
+		return c.Clone.validate()
 	}
 	return nil
 }
@@ -258,11 +270,13 @@ func (s Source) Redacted() Source {
 			a.PrivateKeyPEM = blank(a.PrivateKeyPEM)
 			c.App = &a
 		}
+		c.Clone = c.Clone.redacted()
 		s.GitHub = &c
 	}
 	if s.Gitea != nil {
 		c := *s.Gitea
 		c.Token, c.WebhookSecret = blank(c.Token), blank(c.WebhookSecret)
+		c.Clone = c.Clone.redacted()
 		s.Gitea = &c
 	}
 	if s.Generic != nil {

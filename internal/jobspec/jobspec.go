@@ -38,6 +38,9 @@ type Checkout struct {
 	URL        string `json:"url,omitempty"` // the clone URL the event gave
 	Ref        string `json:"ref,omitempty"`
 	SHA        string `json:"sha,omitempty"`
+	// Fork: the code is a fork pull request's, and gets read-only clone
+	// credentials at most.
+	Fork bool `json:"fork,omitempty"`
 }
 
 // Plan is the source text of the expressions the orchestrator evaluates
@@ -54,6 +57,11 @@ type Plan struct {
 	Workflow    string   `json:"workflow"`
 	// Attempt is the run's attempt: 1, or one more than the run it reruns.
 	Attempt int `json:"attempt"`
+	// Fork marks a fork pull request's job; ForkLabels are the mandatory
+	// agent labels its source lets forks use. Release keeps both on a
+	// runs_on it evaluates (kiln.Requirement).
+	Fork       bool     `json:"fork,omitempty"`
+	ForkLabels []string `json:"fork_labels,omitempty"`
 }
 
 // Var is one name and the source text of its value.

@@ -28,6 +28,9 @@ type Checkout struct {
 	SHA       string   `json:"sha,omitempty"`
 	LocalPath string   `json:"local_path,omitempty"` // a working tree on the agent's host (kiln run)
 	Auth      *GitAuth `json:"auth,omitempty"`
+	// Hint is what the agent adds to the error of a failed checkout: how
+	// to give kiln the credentials it lacked.
+	Hint string `json:"hint,omitempty"`
 }
 
 // GitAuth are clone credentials; the agent hands them to git through its

@@ -10,9 +10,14 @@ import (
 )
 
 // sourceCredentials are the server's fleet.CloneCredentials: the clone URL
-// and credentials of a job's source for its repository, minted when the job
-// is sent (an installation token is short-lived; nothing secret waits in the
-// queue). A job from no configured source is cloned as its event named it.
+// and read-only credentials of a job's source for its repository (forge
+// Repo.Clone: a GitHub App's token minted for the one repository with
+// contents: read, a token source's clone credential, or none — never the
+// source's own token), minted when the job is sent (an installation token
+// is short-lived; nothing secret waits in the queue). A fork pull
+// request's job gets the same read-only credentials: they open nothing
+// its author could not read in the fork. A job from no configured source
+// is cloned as its event named it.
 type sourceCredentials struct{ sources *ingress.Sources }
 
 // Checkout returns the checkout of src with the source's credentials.
@@ -29,9 +34,9 @@ func (s sourceCredentials) Checkout(ctx context.Context, src jobspec.Checkout) (
 	if err != nil {
 		return nil, fmt.Errorf("clone credentials for %s: %w", src.Repository, err)
 	}
-	co.URL = ci.URL
-	if ci.Username != "" || ci.Password != "" {
-		co.Auth = &proto.GitAuth{Username: ci.Username, Password: ci.Password}
+	co.URL, co.Hint = ci.URL, ci.Hint
+	if ci.Username != "" || ci.Password != "" || ci.SSHKey != "" {
+		co.Auth = &proto.GitAuth{Username: ci.Username, Password: ci.Password, SSHKey: ci.SSHKey, KnownHosts: ci.KnownHosts}
 	}
 	return co, nil
 }

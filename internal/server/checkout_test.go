@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,8 +17,11 @@ import (
 
 // The server's clone credentials are asked per job with where its code
 // lives: a job of a configured source gets the source's clone URL and
-// credentials for the job's repository, a job of no source is cloned as
-// its event named it, and a source that is gone fails the dispatch.
+// read-only credentials for the job's repository — its clone token, never
+// its own token, which leaves a source without one cloning anonymously
+// with a hint naming the flag —, a job of no source is cloned as its event
+// named it, and a source that is gone fails the dispatch.
+// Proves B179 (docs/behaviours.md).
 func TestSourceCredentials(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.New(t)
@@ -34,8 +38,28 @@ func TestSourceCredentials(t *testing.T) {
 	src := jobspec.Checkout{Source: created.ID, Repository: "acme/app", URL: "https://event.example.test/acme/app.git", Ref: "refs/heads/main", SHA: "abc"}
 
 	got, err := creds.Checkout(ctx, src)
+	if err != nil || got.Auth != nil || got.URL != "https://ghe.example.test/acme/app.git" || !strings.Contains(got.Hint, "kiln sources update gh --clone-token-env") {
+		t.Fatalf("a source without a clone credential: %+v (%v)", got, err)
+	}
+	if strings.Contains(fmt.Sprint(got), "pat-123") {
+		t.Fatal("the source's own token reached the agent's checkout")
+	}
+
+	withClone := &forge.Source{Name: "gh2", Kind: kiln.SourceGitHub, GitHub: &forge.GitHubConfig{
+		APIBase: "https://ghe.example.test/api/v3", Token: "pat-123", WebhookSecret: "s", Clone: &forge.CloneConfig{Token: "read-456"}}}
+	st, err = ingress.Encode(withClone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created2, err := db.Sources().Create(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork := src
+	fork.Source, fork.Fork = created2.ID, true
+	got, err = creds.Checkout(ctx, fork)
 	want := &proto.Checkout{URL: "https://ghe.example.test/acme/app.git", Ref: "refs/heads/main", SHA: "abc",
-		Auth: &proto.GitAuth{Username: "x-access-token", Password: "pat-123"}}
+		Auth: &proto.GitAuth{Username: "x-access-token", Password: "read-456"}}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("source checkout %+v (%v), want %+v", got, err, want)
 	}
