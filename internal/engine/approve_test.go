@@ -117,4 +117,3 @@ func TestForkRunsAreHeldAndRestricted(t *testing.T) {
 		}
 	})
 }
-
