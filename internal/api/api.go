@@ -7,16 +7,18 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/store"
 )
 
 // Engine is what the API asks of the engine: cancel a run (graceful first,
-// forced on a second call) and rerun one.
+// forced on a second call), rerun one, and approve one held for approval.
 type Engine interface {
 	Cancel(ctx context.Context, runID, reason string) (store.Run, error)
 	Rerun(ctx context.Context, runID string, failedOnly bool) (store.CreatedRun, error)
+	Approve(ctx context.Context, runID, by string) (store.Run, error)
 }
 
 // Ingress is what the API asks of the ingress processor: record a manual
@@ -66,6 +68,11 @@ type Deps struct {
 	// Ready reports whether the server can serve (GET /ready). Default: a
 	// cheap database query.
 	Ready func(ctx context.Context) error
+	// CredentialWarnings says where a source being created or changed puts
+	// agents at risk or leaves them without access (its token can push,
+	// kiln cannot tell). Default: forge.CredentialWarnings, which asks
+	// GitHub about the token.
+	CredentialWarnings func(ctx context.Context, src *forge.Source) []string
 }
 
 // Defaults for Config.
@@ -158,6 +165,11 @@ func New(deps Deps, cfg Config) (http.Handler, error) {
 	s := &server{Deps: deps, cfg: cfg, log: cfg.Logger}
 	if s.Ready == nil {
 		s.Ready = s.databaseReady
+	}
+	if s.CredentialWarnings == nil {
+		s.CredentialWarnings = func(ctx context.Context, src *forge.Source) []string {
+			return forge.CredentialWarnings(ctx, src, forge.Options{})
+		}
 	}
 	return s.routes(), nil
 }

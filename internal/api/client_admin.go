@@ -68,10 +68,26 @@ func (c *Client) Source(ctx context.Context, name string) (Source, error) {
 	return out, err
 }
 
-// AddSource configures a new source and returns it redacted.
+// AddSource configures a new source, with the default fork policy, and
+// returns it redacted.
 func (c *Client) AddSource(ctx context.Context, s forge.Source) (Source, error) {
+	return c.CreateSource(ctx, SourceRequest{Source: s})
+}
+
+// CreateSource configures a new source with its fork policy and returns it
+// redacted, with warnings about its credentials.
+func (c *Client) CreateSource(ctx context.Context, req SourceRequest) (Source, error) {
 	var out Source
-	_, err := c.do(ctx, "POST", "/api/v1/sources", nil, s, &out)
+	_, err := c.do(ctx, "POST", "/api/v1/sources", nil, req, &out)
+	return out, err
+}
+
+// UpdateSource changes a source with a JSON merge patch (members replace,
+// null removes, objects merge) and returns it redacted, with warnings
+// when its credentials changed.
+func (c *Client) UpdateSource(ctx context.Context, name string, patch map[string]any) (Source, error) {
+	var out Source
+	_, err := c.do(ctx, "PATCH", "/api/v1/sources/"+url.PathEscape(name), nil, patch, &out)
 	return out, err
 }
 

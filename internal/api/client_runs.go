@@ -50,6 +50,13 @@ func (c *Client) CancelRun(ctx context.Context, ref, reason string) (CancelResul
 	return out, err
 }
 
+// ApproveRun lets a run held for approval go and returns it.
+func (c *Client) ApproveRun(ctx context.Context, ref string) (Run, error) {
+	var out Run
+	_, err := c.do(ctx, "POST", "/api/v1/runs/"+url.PathEscape(ref)+"/approve", nil, nil, &out)
+	return out, err
+}
+
 // RerunRun starts a new run of a finished one and returns it.
 func (c *Client) RerunRun(ctx context.Context, ref string, failedOnly bool) (Run, error) {
 	var out Run

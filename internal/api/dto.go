@@ -38,7 +38,45 @@ type Run struct {
 	Event         json.RawMessage `json:"event,omitempty"`  // the normalized event
 	Inputs        json.RawMessage `json:"inputs,omitempty"` // dispatch inputs
 	Trace         json.RawMessage `json:"trace,omitempty"`  // the trigger decision
-	Jobs          []Job           `json:"jobs,omitempty"`
+	// Fork is set when the run is a fork pull request's: where its code
+	// comes from and who wrote it.
+	Fork *kiln.Fork `json:"fork,omitempty"`
+	// Approval is set when the run was held for an admin's approval.
+	Approval *Approval `json:"approval,omitempty"`
+	Jobs     []Job     `json:"jobs,omitempty"`
+}
+
+// Approval is the hold of a fork's run: waiting (its jobs held pending),
+// approved (by whom, when), or rejected (cancelled while it waited).
+type Approval struct {
+	State      string     `json:"state"` // waiting, approved or rejected
+	Reason     string     `json:"reason"`
+	ApprovedBy string     `json:"approved_by,omitempty"` // the admin token's name
+	ApprovedAt *time.Time `json:"approved_at,omitempty"`
+}
+
+// Approval states.
+const (
+	ApprovalWaiting  = "waiting"
+	ApprovalApproved = "approved"
+	ApprovalRejected = "rejected"
+)
+
+func approvalDTO(r store.Run) *Approval {
+	a := r.Approval
+	if a == nil {
+		return nil
+	}
+	out := &Approval{Reason: a.Reason, ApprovedBy: a.ApprovedBy, ApprovedAt: tp(a.ApprovedAt)}
+	switch {
+	case !a.Waiting():
+		out.State = ApprovalApproved
+	case r.Status.Terminal() || r.Status == kiln.RunCancelling:
+		out.State = ApprovalRejected
+	default:
+		out.State = ApprovalWaiting
+	}
+	return out
 }
 
 // Job is a job of a run with its steps.
@@ -143,10 +181,12 @@ func runDTO(r store.Run, sourceName string, full bool) Run {
 	var ev struct {
 		Name  kiln.EventName `json:"name"`
 		Actor string         `json:"actor"`
+		Fork  *kiln.Fork     `json:"fork"`
 	}
 	if json.Unmarshal(r.Event, &ev) == nil {
-		out.Trigger, out.Actor = ev.Name, ev.Actor
+		out.Trigger, out.Actor, out.Fork = ev.Name, ev.Actor, ev.Fork
 	}
+	out.Approval = approvalDTO(r)
 	if !full {
 		return out
 	}
@@ -208,6 +248,22 @@ type Source struct {
 	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// ForkPullRequests is what the source does with pull requests from
+	// forks (approve, run or deny); ForkLabels are the mandatory agent
+	// labels their jobs may use.
+	ForkPullRequests kiln.ForkPolicy `json:"fork_pull_requests"`
+	ForkLabels       kiln.Labels     `json:"fork_labels"`
+	// Warnings, in the answer to a create or an update, say where the
+	// source's credentials put agents at risk or leave them without access.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// SourceRequest creates a source: its forge settings and its fork policy
+// (default approve, no fork labels).
+type SourceRequest struct {
+	forge.Source
+	ForkPullRequests kiln.ForkPolicy `json:"fork_pull_requests,omitempty"`
+	ForkLabels       []string        `json:"fork_labels,omitempty"`
 }
 
 // Hook is the post-receive hook of a local source.

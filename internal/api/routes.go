@@ -24,6 +24,7 @@ func (s *server) table() []route {
 		{"GET", "/api/v1/runs/{run}", false, s.getRun},
 		{"POST", "/api/v1/runs/{run}/cancel", false, s.cancelRun},
 		{"POST", "/api/v1/runs/{run}/rerun", false, s.rerunRun},
+		{"POST", "/api/v1/runs/{run}/approve", false, s.approveRun},
 		{"GET", "/api/v1/runs/{run}/logs", false, s.runLogs},
 
 		{"POST", "/api/v1/dispatch", false, s.dispatch},
@@ -41,6 +42,7 @@ func (s *server) table() []route {
 		{"GET", "/api/v1/sources", false, s.listSources},
 		{"POST", "/api/v1/sources", false, s.createSource},
 		{"GET", "/api/v1/sources/{name}", false, s.getSource},
+		{"PATCH", "/api/v1/sources/{name}", false, s.updateSource},
 		{"DELETE", "/api/v1/sources/{name}", false, s.deleteSource},
 		{"POST", "/api/v1/sources/{name}/trigger", false, s.trigger},
 		{"GET", "/api/v1/sources/{name}/hook", false, s.sourceHook},

@@ -94,6 +94,9 @@ func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) error {
 	reason := req.Reason
 	if reason == "" {
 		reason = "cancelled by " + actor(r)
+		if run.Approval.Waiting() {
+			reason = "rejected by " + actor(r) // cancel is how a held run is rejected
+		}
 	}
 	after, err := s.Engine.Cancel(r.Context(), run.ID, reason)
 	if err != nil {

@@ -22,7 +22,12 @@ func sourceDTO(st store.Source) (Source, error) {
 	if err != nil {
 		return Source{}, err
 	}
-	return Source{Source: fs.Redacted(), ID: st.ID, CreatedAt: st.CreatedAt.UTC(), UpdatedAt: st.UpdatedAt.UTC()}, nil
+	policy := st.ForkPullRequests
+	if policy == "" {
+		policy = kiln.ForkApprove
+	}
+	return Source{Source: fs.Redacted(), ID: st.ID, CreatedAt: st.CreatedAt.UTC(), UpdatedAt: st.UpdatedAt.UTC(),
+		ForkPullRequests: policy, ForkLabels: orEmptyLabels(st.ForkLabels)}, nil
 }
 
 func (s *server) listSources(w http.ResponseWriter, r *http.Request) error {
@@ -49,14 +54,11 @@ func (s *server) createSource(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	var fs forge.Source
-	if err := s.decodeBody(w, r, &fs, false); err != nil {
+	var req SourceRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
-	if err := fs.Validate(); err != nil {
-		return err
-	}
-	st, err := ingress.Encode(&fs)
+	st, err := sourceRecord(&req)
 	if err != nil {
 		return err
 	}
@@ -68,9 +70,30 @@ func (s *server) createSource(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	dto.Warnings = s.CredentialWarnings(r.Context(), &req.Source)
 	w.Header().Set("Location", "/api/v1/sources/"+created.Name)
 	writeJSON(w, http.StatusCreated, dto)
 	return nil
+}
+
+// sourceRecord validates a source request and turns it into what the
+// store keeps.
+func sourceRecord(req *SourceRequest) (store.Source, error) {
+	if err := req.Validate(); err != nil {
+		return store.Source{}, err
+	}
+	if req.ForkPullRequests != "" && !req.ForkPullRequests.Valid() {
+		return store.Source{}, errorf(codeInvalid, "fork_pull_requests %q is not approve, run or deny", req.ForkPullRequests)
+	}
+	if err := kiln.ValidateLabels(req.ForkLabels); err != nil {
+		return store.Source{}, errorf(codeInvalid, "fork_labels: %s", kiln.ErrorMessage(err))
+	}
+	st, err := ingress.Encode(&req.Source)
+	if err != nil {
+		return store.Source{}, err
+	}
+	st.ForkPullRequests, st.ForkLabels = req.ForkPullRequests, kiln.NewLabels(req.ForkLabels...)
+	return st, nil
 }
 
 // findSource returns a source by name, with a sentence when there is none.

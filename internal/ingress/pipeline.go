@@ -58,6 +58,16 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 		return out, nil
 	}
 	ev := req.event
+	var fork forkRules
+	var forkSource store.Source
+	if ev.Fork != nil {
+		if forkSource, fork, err = p.forkPolicy(ctx, d.Source, ev); err != nil {
+			return outcome{}, err
+		}
+		if fork.deny != "" {
+			return outcome{status: kiln.DeliveryIgnored, message: fork.deny}, nil
+		}
+	}
 	if ev.SHA == "" {
 		sha, err := repo.Resolve(ctx, ev.Repository, ev.Ref)
 		if kiln.ErrorCode(err) == kiln.CodeNotFound {
@@ -104,7 +114,15 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 			ev.ChangedFilesStatus = kiln.ChangedFilesUnavailable
 		}
 	}
-	return p.match(wfs, contents, req)
+	out, err = p.match(wfs, contents, req)
+	if err != nil || out.start == nil || ev.Fork == nil {
+		return out, err
+	}
+	out.start.ForkLabels = fork.labels
+	if out.start.Hold = p.holdFor(ctx, forkSource, repo, ev); out.start.Hold != "" {
+		out.message += " (" + out.start.Hold + ")"
+	}
+	return out, nil
 }
 
 // match builds the runs of the workflows the event matches.

@@ -23,6 +23,7 @@ type Sources struct {
 
 type cachedRepo struct {
 	updated int64
+	config  string // two updates within a millisecond share updated
 	src     *forge.Source
 	repo    forge.Repo
 }
@@ -77,7 +78,7 @@ func (s *Sources) Repo(ctx context.Context, id string) (*forge.Source, forge.Rep
 	s.mu.Lock()
 	c, ok := s.repos[id]
 	s.mu.Unlock()
-	if ok && c.updated == st.UpdatedAt.UnixNano() {
+	if ok && c.updated == st.UpdatedAt.UnixNano() && c.config == string(st.Config) {
 		return c.src, c.repo, nil
 	}
 	fs, err := Decode(st)
@@ -90,7 +91,7 @@ func (s *Sources) Repo(ctx context.Context, id string) (*forge.Source, forge.Rep
 	}
 	repo = forge.WithWorkflowCache(repo, workflowCacheBytes)
 	s.mu.Lock()
-	s.repos[id] = cachedRepo{updated: st.UpdatedAt.UnixNano(), src: fs, repo: repo}
+	s.repos[id] = cachedRepo{updated: st.UpdatedAt.UnixNano(), config: string(st.Config), src: fs, repo: repo}
 	s.mu.Unlock()
 	return fs, repo, nil
 }

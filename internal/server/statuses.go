@@ -76,6 +76,12 @@ func (r *statusReporter) report(ctx context.Context, c store.RunChange) {
 }
 
 func describe(run store.Run, st kiln.RunStatus) string {
+	switch {
+	case st == kiln.RunPending && run.Approval.Waiting():
+		// A fork's run an admin must approve: the pull request shows why
+		// its checks wait, with a link to the run.
+		return run.Approval.Reason
+	}
 	switch st {
 	case kiln.RunPending:
 		return fmt.Sprintf("run #%d is queued", run.Number)

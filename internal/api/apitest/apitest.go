@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -92,7 +93,8 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	h, err := api.New(api.Deps{DB: db, Engine: eng, Ingress: proc, Logs: logs, Fleet: fleet}, cfg)
+	h, err := api.New(api.Deps{DB: db, Engine: eng, Ingress: proc, Logs: logs, Fleet: fleet,
+		CredentialWarnings: loopbackWarnings}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +125,20 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 		t.Fatalf("add source: %v", err)
 	}
 	return hs
+}
+
+// loopbackWarnings are forge.CredentialWarnings asking only forges on this
+// host (the tests' fakes): a test never reaches out to github.com.
+func loopbackWarnings(ctx context.Context, src *forge.Source) []string {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: os.ErrPermission}
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial}}
+	return forge.CredentialWarnings(ctx, src, forge.Options{HTTPClient: hc})
 }
 
 // GitEnv is the environment the harness runs git with: no user or system

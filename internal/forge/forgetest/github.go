@@ -1,8 +1,10 @@
 // Package forgetest is a fake GitHub REST API for kiln's tests, speaking
 // the real wire format of the endpoints kiln calls: repository contents at a
-// ref, compare, pull request files, commit lookup and commit statuses. It is
-// the edge kiln cannot run here (github.com), faked as an httptest server so
-// requests round-trip through a real network connection.
+// ref, compare, pull request files, commit lookup, commit statuses and
+// collaborators. It is the edge kiln cannot run here (github.com), faked as
+// an httptest server so requests round-trip through a real network
+// connection. NewGitea serves the same endpoints as Gitea does, under
+// /api/v1 with "token" authorization (their wire formats agree on them).
 package forgetest
 
 import (
@@ -32,11 +34,14 @@ type GitHub struct {
 	*httptest.Server
 	Token string // the bearer token requests must carry ("" accepts any)
 
+	gitea    bool // Gitea's API root and authorization
 	mu       sync.Mutex
 	files    map[string]map[string]string // repo@sha → path → content
 	refs     map[string]string            // repo@ref → sha
 	changed  map[string][]string          // repo@base...head → files
 	statuses []Status
+	collabs  map[string]int // repo/user → answer of the collaborators API
+	scopes   *string        // X-OAuth-Scopes on GET /user; nil: none (a fine-grained token)
 }
 
 // NewGitHub starts a fake GitHub API for the test.
@@ -46,12 +51,40 @@ func NewGitHub(t testing.TB) *GitHub {
 	return g
 }
 
+// NewGitea starts a fake Gitea API for the test: the same endpoints under
+// /api/v1 (its URL is the instance's), authorized with "token <Token>".
+func NewGitea(t testing.TB) *GitHub {
+	g := newFake(true)
+	t.Cleanup(g.Close)
+	return g
+}
+
 // New starts a fake GitHub API on loopback outside a test (kiln bench);
 // the caller closes it.
-func New() *GitHub {
-	g := &GitHub{files: map[string]map[string]string{}, refs: map[string]string{}, changed: map[string][]string{}}
+func New() *GitHub { return newFake(false) }
+
+func newFake(gitea bool) *GitHub {
+	g := &GitHub{gitea: gitea, files: map[string]map[string]string{}, refs: map[string]string{}, changed: map[string][]string{},
+		collabs: map[string]int{}}
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
 	return g
+}
+
+// SetScopes makes GET /user answer with X-OAuth-Scopes: scopes, as GitHub
+// does for a classic token.
+func (g *GitHub) SetScopes(scopes string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.scopes = &scopes
+}
+
+// SetCollaborator makes GET /repos/{repo}/collaborators/{user} answer
+// status: 204 (may push), 404 (may not), or a failure such as 500. Users
+// never set get 404.
+func (g *GitHub) SetCollaborator(repo, user string, status int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.collabs[repo+"/"+user] = status
 }
 
 // SetFiles makes repo hold files (path → content) at sha, and points ref
@@ -80,11 +113,30 @@ func (g *GitHub) Statuses() []Status {
 }
 
 func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
-	if g.Token != "" && r.Header.Get("Authorization") != "Bearer "+g.Token {
+	scheme, urlPath := "Bearer ", r.URL.Path
+	if g.gitea {
+		scheme = "token "
+		var ok bool
+		if urlPath, ok = strings.CutPrefix(urlPath, "/api/v1"); !ok {
+			notFound(w)
+			return
+		}
+	}
+	if g.Token != "" && r.Header.Get("Authorization") != scheme+g.Token {
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
 		return
 	}
-	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if urlPath == "/user" && r.Method == http.MethodGet {
+		g.mu.Lock()
+		scopes := g.scopes
+		g.mu.Unlock()
+		if scopes != nil && !g.gitea {
+			w.Header().Set("X-OAuth-Scopes", *scopes)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"login": "kiln-bot", "id": 1, "type": "User"})
+		return
+	}
+	parts := strings.Split(strings.TrimPrefix(urlPath, "/"), "/")
 	if len(parts) < 3 || parts[0] != "repos" {
 		notFound(w)
 		return
@@ -125,6 +177,15 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		st.Repo, st.SHA = repo, rest[1]
 		g.statuses = append(g.statuses, st)
 		writeJSON(w, http.StatusCreated, st)
+	case r.Method == http.MethodGet && rest[0] == "collaborators" && len(rest) == 3:
+		switch st, ok := g.collabs[repo+"/"+rest[1]]; {
+		case !ok || st == http.StatusNotFound:
+			notFound(w)
+		case st == http.StatusNoContent:
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			writeJSON(w, st, map[string]string{"message": http.StatusText(st)})
+		}
 	case r.Method == http.MethodGet && len(rest) == 1 && g.knows(repo):
 		writeJSON(w, http.StatusOK, map[string]any{"full_name": repo})
 	default:
