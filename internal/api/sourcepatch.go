@@ -125,4 +125,3 @@ func mergePatch(doc, patch map[string]any) map[string]any {
 	}
 	return doc
 }
-
