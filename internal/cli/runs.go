@@ -14,12 +14,13 @@ func newRunsCmd(e *env) *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "List, show, cancel and rerun runs",
+		Short: "List, show, cancel, rerun and approve runs",
 		Long:  "runs works on the runs of a kiln server. A run is named by its number (12 or #12) or its id.",
 		Args:  cobra.NoArgs,
 	}
 	addClientFlags(cmd, &cf)
-	cmd.AddCommand(newRunsListCmd(e, &cf), newRunsShowCmd(e, &cf), newRunsCancelCmd(e, &cf), newRunsRerunCmd(e, &cf))
+	cmd.AddCommand(newRunsListCmd(e, &cf), newRunsShowCmd(e, &cf), newRunsCancelCmd(e, &cf), newRunsRerunCmd(e, &cf),
+		newRunsApproveCmd(e, &cf))
 	return cmd
 }
 
@@ -108,6 +109,7 @@ func printRun(w io.Writer, r api.Run) {
 	}
 	fmt.Fprintf(w, "\nref %s  sha %s\n", or(r.Ref), or(r.SHA))
 	fmt.Fprintf(w, "created %s  started %s  finished %s  took %s\n", ago(&r.CreatedAt), ago(r.StartedAt), ago(r.FinishedAt), took(r.StartedAt, r.FinishedAt))
+	printFork(w, r)
 	if r.RerunOf != "" {
 		fmt.Fprintf(w, "reruns %s\n", r.RerunOf)
 	}

@@ -16,12 +16,12 @@ func newSourcesCmd(e *env) *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
 		Use:   "sources",
-		Short: "Add, list, show and remove sources; print or install a local source's hook",
+		Short: "Add, update, list, show and remove sources; print or install a local source's hook",
 		Long:  "sources manages the forges kiln receives events from (docs/sources.md describes each kind).",
 		Args:  cobra.NoArgs,
 	}
 	addClientFlags(cmd, &cf)
-	cmd.AddCommand(newSourcesAddCmd(e, &cf), newSourcesListCmd(e, &cf), newSourcesShowCmd(e, &cf),
+	cmd.AddCommand(newSourcesAddCmd(e, &cf), newSourcesUpdateCmd(e, &cf), newSourcesListCmd(e, &cf), newSourcesShowCmd(e, &cf),
 		newSourcesRemoveCmd(e, &cf), newSourcesHookCmd(e, &cf))
 	return cmd
 }
@@ -40,6 +40,11 @@ type sourceFlags struct {
 	auth, signatureHeader                      string
 	cloneUsername, clonePassEnv, clonePassFile string
 	path                                       string
+	// Token sources' read-only clone credential, and the fork policy.
+	cloneTokenEnv, cloneTokenFile                 string
+	cloneSSHKeyFile, cloneKnownHosts, cloneSSHURL string
+	forkPolicy                                    string
+	forkLabels                                    []string
 }
 
 // kindFlags says which kinds each setting belongs to.
@@ -48,11 +53,16 @@ var kindFlags = map[string][]kiln.SourceKind{
 	"token-env": {kiln.SourceGitHub, kiln.SourceGitea}, "token-file": {kiln.SourceGitHub, kiln.SourceGitea},
 	"app-id": {kiln.SourceGitHub}, "installation-id": {kiln.SourceGitHub}, "private-key-file": {kiln.SourceGitHub},
 	"repository": {kiln.SourceGeneric}, "clone-url": {kiln.SourceGeneric}, "default-branch": {kiln.SourceGeneric},
-	"auth": {kiln.SourceGeneric}, "signature-header": {kiln.SourceGeneric}, "clone-username": {kiln.SourceGeneric},
+	"auth": {kiln.SourceGeneric}, "signature-header": {kiln.SourceGeneric},
+	"clone-username":     {kiln.SourceGeneric, kiln.SourceGitHub, kiln.SourceGitea},
 	"clone-password-env": {kiln.SourceGeneric}, "clone-password-file": {kiln.SourceGeneric},
-	"secret-env":  {kiln.SourceGitHub, kiln.SourceGitea, kiln.SourceGeneric},
-	"secret-file": {kiln.SourceGitHub, kiln.SourceGitea, kiln.SourceGeneric},
-	"path":        {kiln.SourceLocal},
+	"secret-env":      {kiln.SourceGitHub, kiln.SourceGitea, kiln.SourceGeneric},
+	"secret-file":     {kiln.SourceGitHub, kiln.SourceGitea, kiln.SourceGeneric},
+	"path":            {kiln.SourceLocal},
+	"clone-token-env": {kiln.SourceGitHub, kiln.SourceGitea}, "clone-token-file": {kiln.SourceGitHub, kiln.SourceGitea},
+	"clone-ssh-key-file": {kiln.SourceGitHub, kiln.SourceGitea}, "clone-known-hosts-file": {kiln.SourceGitHub, kiln.SourceGitea},
+	"clone-ssh-url":      {kiln.SourceGitHub, kiln.SourceGitea},
+	"fork-pull-requests": {kiln.SourceGitHub, kiln.SourceGitea}, "fork-labels": {kiln.SourceGitHub, kiln.SourceGitea},
 }
 
 func newSourcesAddCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -74,7 +84,23 @@ redacted, and this command prints the webhook URL to give the forge.
   generic  --repository, --clone-url, --auth hmac|bearer with --secret-env/--secret-file
            (the HMAC secret or the bearer token), --signature-header, --default-branch,
            --clone-username with --clone-password-env/--clone-password-file
-  local    --path (a git repository on the server's host)`,
+  local    --path (a git repository on the server's host)
+
+github and gitea token sources also take the read-only credential agents clone with:
+kiln never gives agents the source's own token (--token-*), which can usually push.
+Give --clone-token-env/--clone-token-file (a fine-grained token with contents: read, a
+Gitea token with read:repository; --clone-username for its user) or --clone-ssh-key-file
+(a read-only deploy key, with --clone-known-hosts-file to pin the host's keys and
+--clone-ssh-url ssh://git@HOST:PORT when ssh is not on the web host's port 22). Without
+one, agents clone anonymously: enough for public repositories. kiln warns when the only
+token it has can push, or when it cannot tell. A GitHub App mints a read-only token for
+each checkout itself.
+
+Pull requests from forks (github, gitea) follow --fork-pull-requests: approve (the
+default) runs those of the repository's owners, members and collaborators at once and
+holds the others' until "kiln runs approve"; run runs them all; deny ignores them. Their
+jobs never go to agents with mandatory labels, except those named with --fork-labels.
+See docs/security.md.`,
 		Example: "  kiln sources add app --kind local --path /srv/git/app.git\n" +
 			"  GH_TOKEN=… GH_HOOK=… kiln sources add gh --kind github --token-env GH_TOKEN --secret-env GH_HOOK\n" +
 			"  kiln sources add forgejo --kind gitea --api-base https://git.example.com --token-file tok --secret-file hook",
@@ -88,11 +114,13 @@ redacted, and this command prints the webhook URL to give the forge.
 			if err != nil {
 				return err
 			}
-			added, err := c.AddSource(cmd.Context(), src)
+			added, err := c.CreateSource(cmd.Context(), api.SourceRequest{Source: src,
+				ForkPullRequests: kiln.ForkPolicy(f.forkPolicy), ForkLabels: f.forkLabels})
 			if err != nil {
 				return apiError(err)
 			}
 			fmt.Fprintf(e.stdout, "added %s source %s\n", added.Kind, added.Name)
+			printWarnings(e, added.Warnings)
 			if added.Kind == kiln.SourceLocal {
 				fmt.Fprintf(e.stdout, "install its post-receive hook with: kiln sources hook %s --install\n", added.Name)
 			} else {
@@ -101,8 +129,14 @@ redacted, and this command prints the webhook URL to give the forge.
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&f.kind, "kind", "", "github, gitea, generic or local (required)")
+	addSourceSettingFlags(cmd, &f)
+	return cmd
+}
+
+// addSourceSettingFlags declares the settings add and update share.
+func addSourceSettingFlags(cmd *cobra.Command, f *sourceFlags) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.kind, "kind", "", "github, gitea, generic or local (required)")
 	fs.StringVar(&f.apiBase, "api-base", "", "the forge's API root (github: default https://api.github.com; gitea: the instance's URL)")
 	fs.StringVar(&f.webBase, "web-base", "", "github: where repositories are cloned from (derived from --api-base)")
 	fs.StringVar(&f.tokenEnv, "token-env", "", "an environment variable holding the forge API token")
@@ -121,7 +155,7 @@ redacted, and this command prints the webhook URL to give the forge.
 	fs.StringVar(&f.clonePassEnv, "clone-password-env", "", "generic: an environment variable holding the https fetch password")
 	fs.StringVar(&f.clonePassFile, "clone-password-file", "", "generic: a file holding the https fetch password")
 	fs.StringVar(&f.path, "path", "", "local: the git repository's path on the server's host")
-	return cmd
+	f.addCloneAndForkFlags(cmd)
 }
 
 // source builds the forge configuration from the flags.
@@ -146,7 +180,11 @@ func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Sou
 	}
 	switch kind {
 	case kiln.SourceGitHub:
-		gh := &forge.GitHubConfig{APIBase: f.apiBase, WebBase: f.webBase, Token: token, WebhookSecret: secret}
+		clone, err := f.clone(e)
+		if err != nil {
+			return src, err
+		}
+		gh := &forge.GitHubConfig{APIBase: f.apiBase, WebBase: f.webBase, Token: token, WebhookSecret: secret, Clone: clone}
 		if f.appID != "" || f.installationID != 0 || f.privateKeyFile != "" {
 			key, err := readSecret(e, "", f.privateKeyFile, "private-key")
 			if err != nil {
@@ -156,7 +194,11 @@ func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Sou
 		}
 		src.GitHub = gh
 	case kiln.SourceGitea:
-		src.Gitea = &forge.GiteaConfig{APIBase: f.apiBase, Token: token, WebhookSecret: secret}
+		clone, err := f.clone(e)
+		if err != nil {
+			return src, err
+		}
+		src.Gitea = &forge.GiteaConfig{APIBase: f.apiBase, Token: token, WebhookSecret: secret, Clone: clone}
 	case kiln.SourceGeneric:
 		pass, err := readSecret(e, f.clonePassEnv, f.clonePassFile, "clone-password")
 		if err != nil {
@@ -209,10 +251,14 @@ func readSecret(e *env, envName, file, what string) (string, error) {
 			return "", usageErrorf("--%s-file: %v", what, err)
 		}
 		v := strings.TrimRight(string(b), "\r\n")
-		if what != "private-key" {
+		switch what {
+		case "private-key":
+		case "clone-ssh-key", "clone-known-hosts":
+			v += "\n" // ssh wants its files to end with a newline
+		default:
 			v = strings.TrimSpace(v)
 		}
-		if v == "" {
+		if strings.TrimSpace(v) == "" {
 			return "", usageErrorf("--%s-file %s is empty", what, file)
 		}
 		return v, nil

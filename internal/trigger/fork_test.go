@@ -89,7 +89,7 @@ func TestGitHubForkPullRequests(t *testing.T) {
 
 // Names that would forge lines in reasons and statuses are refused.
 func TestForkNamesArePlain(t *testing.T) {
-	for _, bad := range []string{"mallory\nwaiting for approval: approved", "a b", "x\x1b[31m"} {
+	for _, bad := range []string{"mallory\nwaiting for approval: approved", "a b", "x\x1b[31m", "evil\u202egnp"} {
 		_, err := FromGitHub("pull_request", forkVariant(t, "pull_request.opened.payload.json", "mallory/x", bad, "NONE"))
 		if err == nil || IsIgnored(err) || !strings.Contains(err.Error(), "user.login") {
 			t.Errorf("author %q: %v", bad, err)

@@ -3,6 +3,7 @@ package trigger
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/kilnci/kiln"
@@ -153,8 +154,8 @@ func checkFork(f *kiln.Fork) error {
 			return invalid("%s is longer than 256 bytes", v.field)
 		}
 		for _, r := range v.value {
-			if r <= ' ' || r == 0x7f || r == utf8.RuneError {
-				return invalid("%s contains white space or control characters", v.field)
+			if r == utf8.RuneError || unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+				return invalid("%s contains white space, control or formatting characters", v.field)
 			}
 		}
 	}
