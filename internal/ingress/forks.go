@@ -10,11 +10,9 @@ import (
 
 // forkRules is how a delivery of a fork's pull request is treated: denied
 // (with the delivery's message), or run with its jobs restricted to the
-// labels its source allows forks and, unless its author may push to the
-// repository anyway, held for an admin's approval.
+// labels its source allows forks (and held for approval, as holdFor says).
 type forkRules struct {
 	deny   string      // the ignored delivery's message; "" when not denied
-	hold   string      // the held runs' reason; "" to run at once
 	labels kiln.Labels // the mandatory agent labels the fork's jobs may use
 }
 
