@@ -29,7 +29,7 @@ type Dispatcher interface {
 
 // Config configures the engine.
 type Config struct {
-	SweepInterval   time.Duration // run deadlines, queue expiry, cancel grace
+	SweepInterval   time.Duration // run deadlines, queue expiry, unroutable jobs, cancel grace
 	UnroutableGrace time.Duration // 0: jobs are never failed as unroutable
 	CancelGrace     time.Duration // a cancelling job its agent does not confirm is cancelled after this
 	Clock           func() time.Time
