@@ -60,7 +60,7 @@ func (s *server) updateSource(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	updated.ID, updated.Secret = st.ID, st.Secret
+	updated.ID = st.ID
 	if err := s.DB.Sources().Update(r.Context(), updated); err != nil {
 		return err
 	}

@@ -341,9 +341,11 @@ const (
 	childPid = `$!:$(readlink /proc/$!/ns/pid)`
 )
 
-// selfID is shell text for a name unique to the step's own process (its
-// pid alone repeats from one PID namespace to the next).
-const selfID = `$$-$(readlink /proc/$$/ns/pid | tr -dc 0-9)`
+// selfID is shell text for a name unique to the step's own process: its
+// pid alone repeats from one PID namespace to the next, and so does a
+// namespace's inode number once the namespace is gone, so a random part
+// tells two attempts apart.
+const selfID = `$$-$(tr -dc 0-9a-f </proc/sys/kernel/random/uuid)`
 
 // readPids reads the pid files (one pid each, or selfPid's form) a step
 // wrote into dir, as pids of this test's PID namespace; a process that is

@@ -13,14 +13,14 @@ import (
 // Sources keeps the configured forge connections.
 type Sources struct{ h handle }
 
-// Source is a configured source. Secret is plain text for now; a later
-// issue encrypts secrets at rest.
+// Source is a configured source. Its secrets (API token, webhook secret,
+// clone password) are fields of Config, kept in the database as they are:
+// docs/security.md says how the database is protected.
 type Source struct {
 	ID        string
 	Kind      kiln.SourceKind
 	Name      string
 	Config    json.RawMessage
-	Secret    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// ForkPullRequests is what the source does with pull requests from
@@ -56,7 +56,7 @@ func (s Source) forkPolicy() string {
 	return string(s.ForkPullRequests)
 }
 
-const sourceCols = "id, kind, name, config, secret, created_at, updated_at" + sourceForkCols
+const sourceCols = "id, kind, name, config, created_at, updated_at" + sourceForkCols
 
 const sourceForkCols = ", fork_pull_requests, fork_labels"
 
@@ -65,7 +65,7 @@ func scanSource(r interface{ Scan(...any) error }) (Source, error) {
 	var config string
 	var created, updated sql.NullInt64
 	var forkLabels string
-	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &s.Secret, &created, &updated,
+	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &created, &updated,
 		&s.ForkPullRequests, &forkLabels)
 	s.Config, s.CreatedAt, s.UpdatedAt = json.RawMessage(config), fromMS(created), fromMS(updated)
 	s.ForkLabels = kiln.ParseLabelsKey(forkLabels)
@@ -91,8 +91,8 @@ func (ss Sources) Create(ctx context.Context, s Source) (Source, error) {
 		if n > 0 {
 			return conflict("a source named %q already exists", s.Name)
 		}
-		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
-			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), ms(t.now),
+		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
+			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), ms(t.now), ms(t.now),
 			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key()))
 		return err
 	})
@@ -135,7 +135,7 @@ func (ss Sources) List(ctx context.Context) ([]Source, error) {
 	return out, rows.Err()
 }
 
-// Update replaces a source's kind, name, config, secret and fork policy.
+// Update replaces a source's kind, name, config and fork policy.
 func (ss Sources) Update(ctx context.Context, s Source) error {
 	if err := s.validate(); err != nil {
 		return err
@@ -148,9 +148,9 @@ func (ss Sources) Update(ctx context.Context, s Source) error {
 		if n > 0 {
 			return conflict("a source named %q already exists", s.Name)
 		}
-		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, secret = ?, updated_at = ?"+
+		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, updated_at = ?"+
 			", fork_pull_requests = ?, fork_labels = ? WHERE id = ?",
-			string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now),
+			string(s.Kind), s.Name, jsonText(s.Config, "{}"), ms(t.now),
 			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key(), s.ID)
 		if err != nil {
 			return err
