@@ -14,6 +14,11 @@ import (
 // before a backend acts on it; a bad one is an error wrapping
 // ErrInvalidKey or ErrInvalidMeta.
 //
+// Keys do not nest: no key is another key followed by "/" and more (a
+// store on a POSIX filesystem keeps "a" as a file and then cannot hold
+// "a/b"). Consumers lay their keys out so; a backend may refuse a put
+// that would nest.
+//
 // Writes are atomic: a reader sees a whole object, old or new, never a
 // torn one, and never a body with another write's metadata. Of two puts of
 // one key the last to complete wins.
@@ -35,8 +40,9 @@ type Backend interface {
 	UpdateMeta(ctx context.Context, key string, meta Meta, etag string) (bool, error)
 	// List returns up to limit objects whose keys start with prefix (which
 	// need not end at a "/"), in byte order of their keys, starting after
-	// the key after ("" for the first page), and whether more follow. The
-	// objects carry no Meta.
+	// the key after ("" for the first page), and whether more follow (a
+	// page may be shorter than limit even then, never empty). The objects
+	// carry no Meta.
 	List(ctx context.Context, prefix, after string, limit int) ([]Object, bool, error)
 	// Delete removes key; deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error
