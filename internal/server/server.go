@@ -100,6 +100,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	defer logs.Close()
+	if _, err := openStorage(ctx, cfg, os.Getenv, log); err != nil { // wired to caches, artifacts and logs later
+		return err
+	}
 	admin, err := bootstrapAdmin(ctx, db, cfg, opts.Out)
 	if err != nil {
 		return err

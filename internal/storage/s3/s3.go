@@ -268,3 +268,12 @@ func (b *Backend) fail(op, key string, err error) error {
 	}
 	return fmt.Errorf("storage s3: %s %s: %w", op, key, err)
 }
+
+// Check asks the store whether the bucket exists and the credentials may
+// use it, for a clear message at start rather than at first use.
+func (b *Backend) Check(ctx context.Context) error {
+	if _, err := b.client.HeadBucket(ctx, &awss3.HeadBucketInput{Bucket: &b.bucket}); err != nil {
+		return fmt.Errorf("storage s3: bucket %s: %w", b.bucket, err)
+	}
+	return nil
+}
