@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"maps"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 		{"Missing", testMissing},
 		{"InvalidInput", testInvalidInput},
 		{"SharedPrefixes", testSharedPrefixes},
+		{"EveryKeyCharacter", testEveryKeyCharacter},
 		{"List", testList},
 		{"ListPages", testListPages},
 		{"Delete", testDelete},
@@ -210,6 +212,47 @@ func testSharedPrefixes(t *testing.T, b storage.Backend) {
 	}
 	if body, _ := get(t, b, "ab/cd/e"); body != "body of ab/cd/e" {
 		t.Errorf("deleting ab/c changed ab/cd/e: %q", body)
+	}
+}
+
+// Every character a key may hold survives a round trip, a listing, a
+// touch and a presigned URL.
+func testEveryKeyCharacter(t *testing.T, b storage.Backend) {
+	var odd strings.Builder
+	for c := byte(0x21); c <= 0x7e; c++ {
+		if c != '/' && c != '\\' && c != '#' {
+			odd.WriteByte(c)
+		}
+	}
+	key := "odd/" + odd.String() + "/x"
+	put(t, b, key, "odd", storage.Meta{"n": "1"})
+	if body, obj := get(t, b, key); body != "odd" || obj.Key != key {
+		t.Fatalf("get %q: %q %+v", key, body, obj)
+	}
+	if objs, _, err := b.List(ctx(t), "odd/", "", 10); err != nil || !slices.Equal(keysOf(objs), []string{key}) {
+		t.Fatalf("list: %q %v", keysOf(objs), err)
+	}
+	if ok, err := storage.Touch(ctx(t), b, key, time.Now()); !ok || err != nil {
+		t.Fatalf("touch: %v %v", ok, err)
+	}
+	if url, err := b.PresignGet(ctx(t), key, time.Minute); err == nil {
+		client := &http.Client{Transport: &http.Transport{}}
+		defer client.CloseIdleConnections()
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(data) != "odd" {
+			t.Fatalf("presigned GET of %q: %d %q", key, resp.StatusCode, data)
+		}
+	}
+	if err := b.Delete(ctx(t), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Head(ctx(t), key); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
 	}
 }
 
