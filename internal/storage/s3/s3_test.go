@@ -32,9 +32,15 @@ func newBackendWith(t *testing.T, srv *storagetest.S3Server, bucket, endpoint st
 }
 
 // TestConformance runs the storage conformance suite against a real S3
-// server (versitygw).
+// server (versitygw). versitygw 1.8.0 applies a self-copy's metadata by
+// path after checking the ETag, so a put landing in that instant gets the
+// touch's metadata: when touches race puts, the suite checks only that no
+// older body comes back. A put between a touch's read and its copy is
+// checked in full here and in
+// TestTouchOfAReplacedObjectGets412AndWritesNothing.
 // Proves B92, B93, B94 (docs/behaviours.md).
 func TestConformance(t *testing.T) {
 	srv := storagetest.StartVersitygw(t)
-	storagetest.Run(t, func(t *testing.T) storage.Backend { return newBackend(t, srv, srv.NewBucket(t), srv.Endpoint) })
+	storagetest.RunWith(t, func(t *testing.T) storage.Backend { return newBackend(t, srv, srv.NewBucket(t), srv.Endpoint) },
+		storagetest.Limits{NonAtomicSelfCopy: true})
 }
