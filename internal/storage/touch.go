@@ -18,7 +18,7 @@ type MetaUpdater interface {
 // the body, created-at, other keys — stays as read. It returns false when
 // the object is missing or was replaced in between: the newer object has
 // its own, fresher metadata, and a touch must never write the older
-// version's back over it (B92, B93).
+// version's back over it (B93, B94).
 func Touch(ctx context.Context, b MetaUpdater, key string, now time.Time) (bool, error) {
 	obj, err := b.Head(ctx, key)
 	if errors.Is(err, ErrNotFound) {

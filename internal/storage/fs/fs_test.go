@@ -36,7 +36,7 @@ func newBackend(t *testing.T, cfg fs.Config) *fs.Backend {
 }
 
 // TestConformance runs the storage conformance suite on the filesystem.
-// Proves B92, B93, B94 (docs/behaviours.md).
+// Proves B93, B94, B95 (docs/behaviours.md).
 func TestConformance(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storage.Backend { return newBackend(t, fs.Config{}) })
 }

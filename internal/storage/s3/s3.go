@@ -7,9 +7,9 @@
 // while the other uploads. Metadata is S3 user metadata (x-amz-meta-*).
 // UpdateMeta is a self-copy with MetadataDirective=REPLACE on the
 // condition that both the copy's source and its destination still have
-// the ETag the caller read (B88), so it can never copy an older object's
+// the ETag the caller read (B89), so it can never copy an older object's
 // metadata over a newer one's; a store that answers 501 to conditional
-// copies gets unconditional ones from then on (B91).
+// copies gets unconditional ones from then on (B92).
 package s3
 
 import (
@@ -119,7 +119,7 @@ func New(cfg Config) (*Backend, error) {
 }
 
 // Head implements storage.Backend: the object's metadata and ETag, or
-// ErrNotFound on NoSuchKey, NotFound or any 404 (B87).
+// ErrNotFound on NoSuchKey, NotFound or any 404 (B88).
 func (b *Backend) Head(ctx context.Context, key string) (storage.Object, error) {
 	if err := storage.CheckKey(key); err != nil {
 		return storage.Object{}, err
@@ -133,11 +133,11 @@ func (b *Backend) Head(ctx context.Context, key string) (storage.Object, error) 
 
 // UpdateMeta implements storage.Backend by copying the object onto itself
 // with the new metadata, conditional on etag for both the source
-// (CopySourceIfMatch) and the destination (IfMatch) (B88). A 412 or a 409
+// (CopySourceIfMatch) and the destination (IfMatch) (B89). A 412 or a 409
 // ConditionalRequestConflict means the object was or is being replaced:
-// false, no retry, nothing written (B89, B90). A 501 means the store
+// false, no retry, nothing written (B90, B91). A 501 means the store
 // cannot copy conditionally: the copy is retried once without the
-// condition, and later ones are sent without it (B91).
+// condition, and later ones are sent without it (B92).
 func (b *Backend) UpdateMeta(ctx context.Context, key string, meta storage.Meta, etag string) (bool, error) {
 	if err := storage.CheckKey(key); err != nil {
 		return false, err

@@ -38,7 +38,7 @@ func newBackendWith(t *testing.T, srv *storagetest.S3Server, bucket, endpoint st
 // older body comes back. A put between a touch's read and its copy is
 // checked in full here and in
 // TestTouchOfAReplacedObjectGets412AndWritesNothing.
-// Proves B92, B93, B94 (docs/behaviours.md).
+// Proves B93, B94, B95 (docs/behaviours.md).
 func TestConformance(t *testing.T) {
 	srv := storagetest.StartVersitygw(t)
 	storagetest.RunWith(t, func(t *testing.T) storage.Backend { return newBackend(t, srv, srv.NewBucket(t), srv.Endpoint) },

@@ -90,7 +90,7 @@ func isConditionalCopy(r *http.Request) bool {
 // Head returns an object's metadata and ETag, and a missing key however
 // the store words it — NoSuchKey, NotFound, a bare 404 — is ErrNotFound;
 // a missing bucket is not.
-// Proves B87 (docs/behaviours.md).
+// Proves B88 (docs/behaviours.md).
 func TestHeadReturnsMetadataAndETagOrNotFound(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
@@ -122,7 +122,7 @@ func TestHeadReturnsMetadataAndETagOrNotFound(t *testing.T) {
 // A touch copies the object onto itself with MetadataDirective=REPLACE,
 // on the condition that both the source and the destination still have
 // the ETag just read.
-// Proves B88 (docs/behaviours.md).
+// Proves B89 (docs/behaviours.md).
 func TestTouchIsAConditionalSelfCopy(t *testing.T) {
 	r := newRig(t)
 	key := "caches/main/go+mod=1"
@@ -170,7 +170,7 @@ func TestTouchIsAConditionalSelfCopy(t *testing.T) {
 // A touch whose object was replaced after it read the ETag gets 412 from
 // the store: false, no retry, and the newer object keeps its body and
 // metadata.
-// Proves B89, B93 (docs/behaviours.md).
+// Proves B90, B94 (docs/behaviours.md).
 func TestTouchOfAReplacedObjectGets412AndWritesNothing(t *testing.T) {
 	r := newRig(t)
 	r.put(t, "caches/ptr", "points at tarball 1", storage.Fresh(storage.Meta{"v": "1"}, t0))
@@ -200,7 +200,7 @@ func TestTouchOfAReplacedObjectGets412AndWritesNothing(t *testing.T) {
 
 // A 409 ConditionalRequestConflict (the object is being replaced right
 // now) is "someone else won": false, no error, no retry.
-// Proves B90 (docs/behaviours.md).
+// Proves B91 (docs/behaviours.md).
 func TestTouchDuringAReplaceGets409AndReturnsFalse(t *testing.T) {
 	r := newRig(t)
 	meta := storage.Fresh(storage.Meta{"v": "1"}, t0)
@@ -219,7 +219,7 @@ func TestTouchDuringAReplaceGets409AndReturnsFalse(t *testing.T) {
 
 // A store that answers a conditional copy 501 gets the same copy again
 // without the condition, at once, and never a conditional one again.
-// Proves B91 (docs/behaviours.md).
+// Proves B92 (docs/behaviours.md).
 func TestNotImplementedMakesCopiesUnconditionalForGood(t *testing.T) {
 	r := newRig(t)
 	r.put(t, "caches/k", "body", storage.Fresh(nil, t0))

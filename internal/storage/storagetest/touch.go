@@ -30,7 +30,7 @@ func metaTime(t *testing.T, m storage.Meta, key string) time.Time {
 }
 
 // A touch of an object nobody changed refreshes last-accessed-at and keeps
-// created-at, the other metadata and the body (B92).
+// created-at, the other metadata and the body (B93).
 func testTouchUnchanged(t *testing.T, b storage.Backend) {
 	put(t, b, "cache/k", "cached body", storage.Fresh(storage.Meta{"scope": "main"}, t0))
 	for _, at := range []time.Time{t1, t2} {
@@ -49,7 +49,7 @@ func testTouchUnchanged(t *testing.T, b storage.Backend) {
 }
 
 // A touch that read an object before a put replaced it writes nothing: the
-// newer object keeps its body and metadata (B93).
+// newer object keeps its body and metadata (B94).
 func testTouchAfterPut(t *testing.T, b storage.Backend) {
 	put(t, b, "cache/ptr", "points at tarball 1", storage.Fresh(storage.Meta{"v": "1"}, t0))
 	stale, err := b.Head(ctx(t), "cache/ptr")
@@ -72,7 +72,7 @@ func testTouchAfterPut(t *testing.T, b storage.Backend) {
 
 // Touches race a writer that keeps replacing the object: every read is
 // one version with its own metadata, and the last put is what stays
-// (B93). On a store whose self-copy is not atomic (bodiesOnly) a touch
+// (B94). On a store whose self-copy is not atomic (bodiesOnly) a touch
 // may still attach its metadata to a newer body, so only the bodies are
 // checked: a touch never writes an older body back.
 func testTouchRacingPuts(t *testing.T, b storage.Backend, bodiesOnly bool) {
