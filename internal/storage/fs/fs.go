@@ -123,6 +123,9 @@ func (b *Backend) Put(ctx context.Context, key string, body io.Reader, meta stor
 	if old != "" && old != gen {
 		os.Remove(p.body(old))
 	}
+	if err := syncDir(p.dir); err != nil {
+		return storage.Object{}, fmt.Errorf("storage fs: put %s: %w", key, err)
+	}
 	return side.object(key, false), nil
 }
 
@@ -156,7 +159,7 @@ func (b *Backend) commit(key string, p objPath, tmpBody, tmpSide, gen string) (s
 		os.Remove(p.body(gen))
 		return "", err
 	}
-	return old, syncDir(p.dir)
+	return old, nil
 }
 
 // Get implements storage.Backend.
