@@ -17,6 +17,14 @@
 // fleet needs no engine: it reports what its own store operations commit on
 // its Effects channel, which Run applies as the engine applies its own. So
 // every store Effects passes through Apply, and the composition root builds
-// the fleet, then the engine. The engine itself keeps no state a restart
-// could lose.
+// the fleet, then the engine.
+//
+// The engine keeps nothing a restart could lose. What its sweeps count
+// from is in the database: when a run's graceful cancel was asked
+// (runs.cancel_requested_at, written with the cancel; the cancel is forced
+// a cancel grace later) and since when no known agent could run a queued
+// job (jobs.unroutable_since, written by the sweep that first finds it so;
+// the job fails unroutable a grace later). A restarted server, or another
+// one, goes on from where the last one was. In memory are only the
+// expression cache and the subscribers of Watch.
 package engine

@@ -29,7 +29,7 @@ type Dispatcher interface {
 
 // Config configures the engine.
 type Config struct {
-	SweepInterval   time.Duration // run deadlines, queue expiry, cancel grace
+	SweepInterval   time.Duration // run deadlines, queue expiry, unroutable jobs, cancel grace
 	UnroutableGrace time.Duration // 0: jobs are never failed as unroutable
 	CancelGrace     time.Duration // a cancelling job its agent does not confirm is cancelled after this
 	Clock           func() time.Time
@@ -71,10 +71,8 @@ type Engine struct {
 	cfg Config
 	log *slog.Logger
 
-	mu         sync.Mutex
-	watchers   map[chan store.RunChange]struct{}
-	cancelAt   map[string]time.Time // run id → when a graceful cancel was asked
-	unroutable map[string]time.Time // job id → since when no known agent could run it
+	mu       sync.Mutex
+	watchers map[chan store.RunChange]struct{}
 }
 
 // New returns an engine creating runs in db, which must have been opened
@@ -85,7 +83,7 @@ func New(db *store.DB, d Dispatcher, cfg Config) *Engine {
 	cfg = cfg.withDefaults()
 	return &Engine{
 		db: db, d: d, cfg: cfg, log: cfg.Logger,
-		watchers: map[chan store.RunChange]struct{}{}, cancelAt: map[string]time.Time{}, unroutable: map[string]time.Time{},
+		watchers: map[chan store.RunChange]struct{}{},
 	}
 }
 
@@ -122,11 +120,6 @@ func (e *Engine) apply(eff store.Effects, cancelReason string) {
 		}
 	}
 	for _, rc := range eff.Runs {
-		if rc.Status.Terminal() {
-			e.mu.Lock()
-			delete(e.cancelAt, rc.ID)
-			e.mu.Unlock()
-		}
 		e.publish(rc)
 	}
 }
@@ -241,16 +234,11 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason string) (store.Run, e
 	if force {
 		e.forceAgents(run, reason)
 	}
+	// The store keeps when the cancel was asked, with the cancel: the cancel
+	// grace sweep forces it from there, on this server or another.
 	res, err := e.db.Runs().Cancel(ctx, run.ID, reason, force)
 	if err != nil {
 		return run, err
-	}
-	if !force {
-		e.mu.Lock()
-		if _, ok := e.cancelAt[run.ID]; !ok {
-			e.cancelAt[run.ID] = e.cfg.Clock()
-		}
-		e.mu.Unlock()
 	}
 	// res.Effects.Cancel holds the jobs to stop on their agents.
 	e.apply(res.Effects, reason)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/store"
 )
 
 // Run applies the Effects the dispatcher reports and runs the engine's
@@ -122,10 +123,12 @@ func routable(agents []kiln.AgentLabels, r kiln.Requirement) bool {
 	return false
 }
 
-// sweepUnroutable fails queued jobs whose requirement no connected agent and
-// no agent seen in the last day accepts, once that has been true for the
-// whole grace period. It reads only the small set of distinct queue keys on
-// the common path, never the whole queue.
+// sweepUnroutable fails queued jobs whose requirement no connected agent
+// and no agent seen in the last day accepts, once that has been true for
+// the whole grace period. It reads only the small set of distinct queue keys
+// on the common path, never the whole queue; since when each job has been
+// unroutable is kept in the database (store.Queue.SweepUnroutable), so a
+// restart does not start the grace again.
 func (e *Engine) sweepUnroutable(ctx context.Context) error {
 	if e.cfg.UnroutableGrace == 0 {
 		return nil
@@ -138,57 +141,25 @@ func (e *Engine) sweepUnroutable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := e.cfg.Clock()
-	var due []string
-	e.mu.Lock()
-	seen := map[string]bool{}
+	var lost []string
 	for _, k := range keys {
-		seen[k] = true
-		if routable(agents, kiln.ParseRequirementKey(k)) {
-			delete(e.unroutable, k)
-			continue
-		}
-		since, ok := e.unroutable[k]
-		if !ok {
-			e.unroutable[k] = now
-			continue
-		}
-		if now.Sub(since) >= e.cfg.UnroutableGrace {
-			due = append(due, k)
+		if !routable(agents, store.KeyRequirement(k)) {
+			lost = append(lost, k)
 		}
 	}
-	for k := range e.unroutable {
-		if !seen[k] {
-			delete(e.unroutable, k)
-		}
-	}
-	e.mu.Unlock()
-	if len(due) == 0 {
-		return nil
-	}
-	waiting, err := e.db.Queue().Waiting(ctx, 10000)
+	res, err := e.db.Queue().SweepUnroutable(ctx, lost, e.cfg.UnroutableGrace, func(r kiln.Requirement) string {
+		return unroutableMessage(r, e.cfg.UnroutableGrace)
+	})
 	if err != nil {
 		return err
 	}
-	for _, k := range due {
-		var ids []string
-		for _, w := range waiting {
-			if w.Requirement.Key() == k {
-				ids = append(ids, w.ID)
-			}
-		}
-		req := kiln.ParseRequirementKey(k)
-		msg := unroutableMessage(req, e.cfg.UnroutableGrace)
-		res, err := e.db.Queue().MarkUnroutable(ctx, msg, ids...)
-		if err != nil {
-			return err
-		}
-		e.log.Warn("jobs no agent can run failed as unroutable", "requirement", k, "jobs", len(res.Jobs))
-		if unroutable := e.cfg.Hooks.Unroutable; unroutable != nil && len(res.Jobs) > 0 {
+	if len(res.Jobs) > 0 {
+		e.log.Warn("jobs no agent can run failed as unroutable", "jobs", len(res.Jobs))
+		if unroutable := e.cfg.Hooks.Unroutable; unroutable != nil {
 			unroutable(len(res.Jobs))
 		}
-		e.Apply(res.Effects)
 	}
+	e.Apply(res.Effects)
 	return nil
 }
 
@@ -203,26 +174,17 @@ func unroutableMessage(r kiln.Requirement, grace time.Duration) string {
 	return fmt.Sprintf("unroutable: for %s no connected agent, and no agent seen in the last %s, is %s", grace.Round(time.Second), knownAgentWindow, want)
 }
 
-// sweepCancelGrace forces cancels agents did not confirm in time.
+// sweepCancelGrace forces the cancels agents did not confirm within the
+// cancel grace of the request, which the store keeps with the run.
 func (e *Engine) sweepCancelGrace(ctx context.Context) error {
-	now := e.cfg.Clock()
-	e.mu.Lock()
-	var due []string
-	for id, at := range e.cancelAt {
-		if now.Sub(at) >= e.cfg.CancelGrace {
-			due = append(due, id)
-		}
+	ids, err := e.db.Runs().CancelsOverdue(ctx, e.cfg.CancelGrace, 100)
+	if err != nil {
+		return err
 	}
-	e.mu.Unlock()
-	for _, id := range due {
-		run, err := e.Cancel(ctx, id, "cancelled: the agent did not confirm the cancel in time")
-		if err != nil && kiln.ErrorCode(err) != kiln.CodeConflict {
+	for _, id := range ids {
+		// The run is cancelling, so this Cancel is the forced one.
+		if _, err := e.Cancel(ctx, id, "cancelled: the agent did not confirm the cancel in time"); err != nil && kiln.ErrorCode(err) != kiln.CodeConflict {
 			return err
-		}
-		if err == nil || run.Status.Terminal() {
-			e.mu.Lock()
-			delete(e.cancelAt, id)
-			e.mu.Unlock()
 		}
 	}
 	return nil

@@ -8,15 +8,17 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
-// The committer is the one writer of job state. Connections, the dispatcher
-// and the disconnect function hand it operations; it runs as many as are
-// waiting in one transaction (one commit, one fsync, for many agents), then
-// emits the merged effects for the engine in commit order and wakes the
-// callers.
+// The committer is the fleet's one writer of job state. Connections, the
+// dispatcher, the disconnect function and the monitor's sweeps hand it
+// operations; it runs as many as are waiting in one transaction (one
+// commit, one fsync, for many agents), then emits the merged effects for
+// the engine in commit order and wakes the callers.
 //
-// Because every operation about an agent's jobs passes through it, they are
-// ordered: a claim for an agent and that agent's loss commit one after the
-// other, never interleaved.
+// Because every job write of the fleet passes through it, they are ordered:
+// a claim for an agent and that agent's loss commit one after the other,
+// never interleaved. The engine and the ingress write jobs too, in
+// transactions of their own; every such write is a compare-and-set, so
+// whichever commits second changes only what is still as it expects.
 
 // op is one store operation. run executes it inside the batch transaction;
 // it may run more than once (PostgreSQL reruns a transaction chosen as a

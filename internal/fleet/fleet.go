@@ -95,9 +95,9 @@ const effectsBuffer = 1024
 // the fleet runs: a fleet whose Effects nobody reads stops committing.
 func (f *Fleet) Effects() <-chan store.Effects { return f.effects }
 
-// emit hands the engine what a store operation committed; an operation
-// that changed nothing is not reported. Only the committer and the monitor
-// emit, and both have stopped before Run closes f.effects.
+// emit hands the engine what a batch of store operations committed; a
+// batch that changed nothing is not reported. Only the committer emits, and
+// it has stopped before Run closes f.effects.
 func (f *Fleet) emit(eff store.Effects) {
 	if len(eff.Queued)+len(eff.Finished)+len(eff.Cancel)+len(eff.Runs) > 0 {
 		f.effects <- eff

@@ -28,7 +28,7 @@ func (f *Fleet) monitor(ctx context.Context) {
 		f.checkAgents(now)
 		f.flushHeartbeats(ctx)
 		f.flushAcks()
-		f.sweep(ctx)
+		f.sweep()
 		f.retryLosses()
 		if now.Sub(lastRedrive) >= f.cfg.RedriveInterval {
 			lastRedrive = now
@@ -82,44 +82,45 @@ func (f *Fleet) checkAgents(now time.Time) {
 	}
 }
 
-// sweep runs the store's sweeps until each has caught up.
-func (f *Fleet) sweep(ctx context.Context) {
-	for {
-		res, err := f.db.Queue().SweepAckTimeouts(ctx)
-		if err != nil {
-			f.log.Error("fleet: the ack sweep failed", "err", err)
-			break
-		}
-		f.emit(res.Effects)
-		f.ackTimedOut(res.Jobs)
-		if len(res.Jobs) < 1000 {
-			break
+// sweep runs the store's sweeps until each has caught up. Each goes
+// through the committer like every other job write of the fleet, so its
+// effects reach the engine in commit order and it never interleaves with an
+// operation about the same agent.
+func (f *Fleet) sweep() {
+	for _, s := range []struct {
+		name  string
+		run   func(store.Queue, context.Context) (store.SweepResult, error)
+		after func([]store.SweptJob)
+	}{
+		{"ack", store.Queue.SweepAckTimeouts, f.ackTimedOut},
+		{"recovery", store.Queue.SweepRecovery, nil},
+		{"stale", store.Queue.SweepStale, f.staleJobs},
+	} {
+		for {
+			var res store.SweepResult
+			err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+				var err error
+				res, err = s.run(tx.Queue(), ctx)
+				return res.Effects, err
+			})
+			if err != nil {
+				f.log.Error("fleet: a sweep failed", "sweep", s.name, "err", err)
+				break
+			}
+			if s.after != nil {
+				s.after(res.Jobs)
+			}
+			if len(res.Jobs) < 1000 {
+				break
+			}
 		}
 	}
-	for {
-		res, err := f.db.Queue().SweepRecovery(ctx)
-		if err != nil {
-			f.log.Error("fleet: the recovery sweep failed", "err", err)
-			break
-		}
-		f.emit(res.Effects)
-		if len(res.Jobs) < 1000 {
-			break
-		}
-	}
-	for {
-		res, err := f.db.Queue().SweepStale(ctx)
-		if err != nil {
-			f.log.Error("fleet: the stale sweep failed", "err", err)
-			break
-		}
-		f.emit(res.Effects)
-		for _, j := range res.Jobs {
-			f.abandon(j.AgentID, j.JobID, j.Epoch, "no job heartbeat from the agent for too long; the job timed out")
-		}
-		if len(res.Jobs) < 1000 {
-			break
-		}
+}
+
+// staleJobs tells the agents of jobs the stale sweep ended to stop them.
+func (f *Fleet) staleJobs(jobs []store.SweptJob) {
+	for _, j := range jobs {
+		f.abandon(j.AgentID, j.JobID, j.Epoch, "no job heartbeat from the agent for too long; the job timed out")
 	}
 }
 

@@ -189,7 +189,7 @@ func TestAgentsTable(t *testing.T) {
 func TestSources(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		s := db.Sources()
-		gh, err := s.Create(ctx, store.Source{Kind: kiln.SourceGitHub, Name: "github.com", Config: json.RawMessage(`{"app_id":1}`), Secret: "shh"})
+		gh, err := s.Create(ctx, store.Source{Kind: kiln.SourceGitHub, Name: "github.com", Config: json.RawMessage(`{"app_id":1}`)})
 		if err != nil || gh.ID == "" || string(gh.Config) != `{"app_id":1}` {
 			t.Fatalf("create %+v %v", gh, err)
 		}
@@ -202,13 +202,13 @@ func TestSources(t *testing.T) {
 			}
 		}
 		local, _ := s.Create(ctx, store.Source{Kind: kiln.SourceLocal, Name: "here"})
-		gh.Secret, gh.Name = "new", "gh"
+		gh.Config, gh.Name = json.RawMessage(`{"app_id":2}`), "gh"
 		clock.Advance(time.Second)
 		if err := s.Update(ctx, gh); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.GetByName(ctx, "gh")
-		if err != nil || got.Secret != "new" || !got.UpdatedAt.Equal(clock.Now()) || got.CreatedAt.Equal(got.UpdatedAt) {
+		if err != nil || string(got.Config) != `{"app_id":2}` || !got.UpdatedAt.Equal(clock.Now()) || got.CreatedAt.Equal(got.UpdatedAt) {
 			t.Fatalf("updated %+v %v", got, err)
 		}
 		local.Name = "gh"

@@ -59,18 +59,53 @@ func (q Queue) HasMatch(ctx context.Context, agent kiln.AgentLabels) (bool, erro
 	return len(acceptedKeys(keys, agent)) > 0, nil
 }
 
-// requirements caches parsed keys; the set of keys ever seen is small.
-var requirements sync.Map
+// requirements caches parsed queue keys for the process: the claim path
+// and the dispatcher read each queued key's requirement per claim.
+var requirements = requirementCache{max: maxCachedKeys}
+
+// maxCachedKeys bounds the cache. Distinct keys come from what workflows
+// ask for (runs_on may be an expression or vary with a matrix), not from
+// the code, so their number has no bound of its own; a few thousand covers
+// any real fleet's queued keys many times over.
+const maxCachedKeys = 4096
+
+// requirementCache maps queue keys to their parsed requirements and holds at most
+// max of them: when full it starts over, so keys no longer queued do not
+// stay forever and the ones still in use are parsed again once.
+type requirementCache struct {
+	mu  sync.RWMutex
+	m   map[string]kiln.Requirement
+	max int
+}
+
+func (c *requirementCache) get(key string) kiln.Requirement {
+	c.mu.RLock()
+	r, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok {
+		return r
+	}
+	r = kiln.ParseRequirementKey(key)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[string]kiln.Requirement, min(c.max, 64))
+	}
+	c.m[key] = r
+	c.mu.Unlock()
+	return r
+}
+
+func (c *requirementCache) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}
 
 // KeyRequirement is the requirement a queue key stands for (the inverse of
-// kiln.Requirement.Key), parsed once per key. Callers must not modify it.
+// kiln.Requirement.Key), parsed once per key while it stays in a bounded
+// cache. Callers must not modify it.
 func KeyRequirement(key string) kiln.Requirement {
-	if v, ok := requirements.Load(key); ok {
-		return v.(kiln.Requirement)
-	}
-	r := kiln.ParseRequirementKey(key)
-	requirements.Store(key, r)
-	return r
+	return requirements.get(key)
 }
 
 func acceptedKeys(keys []string, agent kiln.AgentLabels) []string {

@@ -98,8 +98,7 @@ func (q Queue) Expire(ctx context.Context, unroutable func(kiln.Requirement) boo
 }
 
 // MarkUnroutable ends queued jobs that no connected agent and no agent that
-// could ever connect can run (the dispatcher's unroutable probe decided).
-// message "" uses runrules.UnroutableMessage.
+// could ever connect can run. message "" uses runrules.UnroutableMessage.
 func (q Queue) MarkUnroutable(ctx context.Context, message string, ids ...string) (SweepResult, error) {
 	var res SweepResult
 	eff, err := q.h.op(ctx, func(t *txn) error {
@@ -107,44 +106,114 @@ func (q Queue) MarkUnroutable(ctx context.Context, message string, ids ...string
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err := t.query(ctx, "SELECT id, run_id, name, queue_key FROM jobs WHERE status = 'queued' AND id IN ("+marks(len(ids))+")", anys(ids)...)
+		cs, keys, err := t.queuedCandidates(ctx, "id IN ("+marks(len(ids))+")", anys(ids)...)
 		if err != nil {
 			return err
 		}
-		var cs []candidate
-		keys := map[string]string{}
-		for rows.Next() {
-			var c candidate
-			var key string
-			if err := rows.Scan(&c.ID, &c.RunID, &c.Name, &key); err != nil {
-				rows.Close()
-				return err
+		res.Jobs, err = t.unroute(ctx, cs, keys, func(r kiln.Requirement) string {
+			if message != "" {
+				return message
 			}
-			cs = append(cs, c)
-			keys[c.ID] = key
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if err := t.lockCandidates(ctx, cs); err != nil {
-			return err
-		}
-		var moved []movedJob
-		for _, c := range cs {
-			msg := message
-			if msg == "" {
-				msg = runrules.UnroutableMessage(KeyRequirement(keys[c.ID]))
-			}
-			m, err := t.move(ctx, mUnroutable, change{ids: []string{c.ID}, err: msg})
-			if err != nil {
-				return err
-			}
-			moved = append(moved, m...)
-		}
-		res.Jobs = swept(cs, moved)
-		return nil
+			return runrules.UnroutableMessage(r)
+		}, change{})
+		return err
 	})
 	res.Effects = eff
 	return res, err
+}
+
+// SweepUnroutable keeps, per queued job, since when no known agent could
+// run it (jobs.unroutable_since), and ends unroutable the jobs for which
+// that has lasted grace, with message(requirement) as their error. lost are
+// the queue keys no known agent accepts now (the engine decides from the
+// agents it knows): their queued jobs not marked yet are marked now, and
+// the marks of every other queued job are cleared (an agent that can run it
+// appeared). A job entering the queue again starts unmarked (move). Since
+// the marks are in the database, a restart or another server goes on
+// counting from the first sighting. Nothing is written when no key is lost
+// and no job is marked: the common case costs one read of an index of
+// marked jobs.
+func (q Queue) SweepUnroutable(ctx context.Context, lost []string, grace time.Duration, message func(kiln.Requirement) string) (SweepResult, error) {
+	if len(lost) == 0 {
+		marked, err := queryStrings(ctx, q.h.reader(), "SELECT id FROM jobs WHERE status = 'queued' AND unroutable_since IS NOT NULL LIMIT 1")
+		if err != nil || len(marked) == 0 {
+			return SweepResult{}, err
+		}
+	}
+	var res SweepResult
+	eff, err := q.h.op(ctx, func(t *txn) error {
+		res = SweepResult{}
+		lostIn, lostArgs := "", anys(lost)
+		if len(lost) > 0 {
+			lostIn = "queue_key IN (" + marks(len(lost)) + ")"
+			// Due jobs first: their runs are locked before any job row is.
+			cutoff := ms(t.now.Add(-grace))
+			cs, keys, err := t.queuedCandidates(ctx, "unroutable_since <= ? AND "+lostIn+" ORDER BY unroutable_since LIMIT ?",
+				append(append([]any{cutoff}, lostArgs...), sweepBatch)...)
+			if err != nil {
+				return err
+			}
+			if res.Jobs, err = t.unroute(ctx, cs, keys, message, change{where: "AND unroutable_since <= ?", wargs: []any{cutoff}}); err != nil {
+				return err
+			}
+		}
+		clear := "UPDATE jobs SET unroutable_since = NULL WHERE status = 'queued' AND unroutable_since IS NOT NULL"
+		if lostIn != "" {
+			clear += " AND NOT " + lostIn
+		}
+		if _, err := t.exec(ctx, clear, lostArgs...); err != nil {
+			return err
+		}
+		if lostIn == "" {
+			return nil
+		}
+		_, err := t.exec(ctx, "UPDATE jobs SET unroutable_since = ? WHERE status = 'queued' AND unroutable_since IS NULL AND "+lostIn,
+			append([]any{ms(t.now)}, lostArgs...)...)
+		return err
+	})
+	res.Effects = eff
+	return res, err
+}
+
+// queuedCandidates reads the queued jobs where selects, with their queue
+// keys by job id.
+func (t *txn) queuedCandidates(ctx context.Context, where string, args ...any) ([]candidate, map[string]string, error) {
+	rows, err := t.query(ctx, "SELECT id, run_id, name, queue_key FROM jobs WHERE status = 'queued' AND "+where, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var cs []candidate
+	keys := map[string]string{}
+	for rows.Next() {
+		var c candidate
+		var key string
+		if err := rows.Scan(&c.ID, &c.RunID, &c.Name, &key); err != nil {
+			return nil, nil, err
+		}
+		cs = append(cs, c)
+		keys[c.ID] = key
+	}
+	return cs, keys, rows.Err()
+}
+
+// unroute ends queued jobs unroutable, each with message(its requirement),
+// their runs locked first; c adds conditions to the compare-and-set.
+func (t *txn) unroute(ctx context.Context, cs []candidate, keys map[string]string, message func(kiln.Requirement) string, c change) ([]SweptJob, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	if err := t.lockCandidates(ctx, cs); err != nil {
+		return nil, err
+	}
+	var moved []movedJob
+	for _, cand := range cs {
+		c.ids, c.err = []string{cand.ID}, message(KeyRequirement(keys[cand.ID]))
+		m, err := t.move(ctx, mUnroutable, c)
+		if err != nil {
+			return nil, err
+		}
+		moved = append(moved, m...)
+	}
+	return swept(cs, moved), nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/runrules"
@@ -54,7 +55,10 @@ func (r Runs) Cancel(ctx context.Context, runID, reason string, force bool) (Can
 		if status.Terminal() {
 			return conflict("run %s already finished (%s)", runID, status)
 		}
-		if _, err := t.exec(ctx, "UPDATE runs SET cancel_reason = COALESCE(cancel_reason, ?), updated_at = ? WHERE id = ?", reason, ms(t.now), runID); err != nil {
+		// The first request's time is kept: the engine forces the cancel a
+		// grace after it (CancelsOverdue), whichever server asked.
+		if _, err := t.exec(ctx, "UPDATE runs SET cancel_reason = COALESCE(cancel_reason, ?), cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ? WHERE id = ?",
+			reason, ms(t.now), ms(t.now), runID); err != nil {
 			return err
 		}
 		if err := t.setRunStatus(ctx, runID, kiln.RunCancelling, []kiln.RunStatus{kiln.RunPending, kiln.RunRunning}); err != nil {
@@ -105,6 +109,18 @@ func (r Runs) Overdue(ctx context.Context, limit int) ([]Run, error) {
 	}
 	return r.list(ctx, "deadline IS NOT NULL AND status IN ('pending', 'running', 'cancelling') AND deadline < ? ORDER BY deadline LIMIT ?",
 		ms(r.h.now()), limit)
+}
+
+// CancelsOverdue lists the ids of runs still cancelling a grace or more
+// after their cancel was requested: their agents did not confirm in time,
+// and the engine forces the cancel. The request time is in the database, so
+// a restart or another server forces it on time.
+func (r Runs) CancelsOverdue(ctx context.Context, grace time.Duration, limit int) ([]string, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return queryStrings(ctx, r.h.reader(), "SELECT id FROM runs WHERE status = 'cancelling' AND cancel_requested_at <= ? ORDER BY cancel_requested_at LIMIT ?",
+		ms(r.h.now().Add(-grace)), limit)
 }
 
 // Get returns a run by id with its jobs and their steps.

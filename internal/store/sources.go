@@ -13,14 +13,14 @@ import (
 // Sources keeps the configured forge connections.
 type Sources struct{ h handle }
 
-// Source is a configured source. Secret is plain text for now; a later
-// issue encrypts secrets at rest.
+// Source is a configured source. Its secrets (API token, webhook secret,
+// clone password) are fields of Config, kept in the database as they are:
+// docs/security.md says how the database is protected.
 type Source struct {
 	ID        string
 	Kind      kiln.SourceKind
 	Name      string
 	Config    json.RawMessage
-	Secret    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -40,13 +40,13 @@ func (s Source) validate() error {
 	return nil
 }
 
-const sourceCols = "id, kind, name, config, secret, created_at, updated_at"
+const sourceCols = "id, kind, name, config, created_at, updated_at"
 
 func scanSource(r interface{ Scan(...any) error }) (Source, error) {
 	var s Source
 	var config string
 	var created, updated sql.NullInt64
-	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &s.Secret, &created, &updated)
+	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &created, &updated)
 	s.Config, s.CreatedAt, s.UpdatedAt = json.RawMessage(config), fromMS(created), fromMS(updated)
 	return s, err
 }
@@ -70,8 +70,8 @@ func (ss Sources) Create(ctx context.Context, s Source) (Source, error) {
 		if n > 0 {
 			return conflict("a source named %q already exists", s.Name)
 		}
-		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
-			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), ms(t.now)))
+		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
+			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), ms(t.now), ms(t.now)))
 		return err
 	})
 	return out, err
@@ -113,7 +113,7 @@ func (ss Sources) List(ctx context.Context) ([]Source, error) {
 	return out, rows.Err()
 }
 
-// Update replaces a source's kind, name, config and secret.
+// Update replaces a source's kind, name and config.
 func (ss Sources) Update(ctx context.Context, s Source) error {
 	if err := s.validate(); err != nil {
 		return err
@@ -126,8 +126,8 @@ func (ss Sources) Update(ctx context.Context, s Source) error {
 		if n > 0 {
 			return conflict("a source named %q already exists", s.Name)
 		}
-		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, secret = ?, updated_at = ? WHERE id = ?",
-			string(s.Kind), s.Name, jsonText(s.Config, "{}"), s.Secret, ms(t.now), s.ID)
+		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, updated_at = ? WHERE id = ?",
+			string(s.Kind), s.Name, jsonText(s.Config, "{}"), ms(t.now), s.ID)
 		if err != nil {
 			return err
 		}
