@@ -9,6 +9,7 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
+// Proves B60 (docs/behaviours.md).
 func TestAdminTokensCreateListRotateRevoke(t *testing.T) {
 	o := newOp(t)
 	code, out, errOut := o.kiln(t, "admin-tokens", "create", "grafana", "--role", "read-only")
