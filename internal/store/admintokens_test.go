@@ -176,6 +176,11 @@ func TestEnsureAdminTokenRevokesThePreviousConfiguredOne(t *testing.T) {
 			!strings.Contains(kiln.ErrorMessage(err), "admin_token") {
 			t.Fatalf("rotating the configured token: %v", err)
 		}
+		// The last admin token, configured, is changed with the setting.
+		if _, err := a.RevokeAdminToken(ctx, second.ID); !errors.Is(err, store.ErrConflict) ||
+			!strings.Contains(kiln.ErrorMessage(err), "change the admin_token setting") {
+			t.Fatalf("revoking the configured token, the last admin one: %v", err)
+		}
 		// A read-only token's secret is no admin_token.
 		_, roSecret, _ := a.AddAdminToken(ctx, store.AdminTokenSpec{Name: "ro", Role: store.RoleReadOnly})
 		if _, _, err := a.EnsureAdminToken(ctx, store.ConfiguredAdminToken, roSecret); !errors.Is(err, store.ErrInvalid) {

@@ -29,7 +29,11 @@ func (a Auth) RevokeAdminToken(ctx context.Context, id string) (AdminToken, erro
 				return err
 			}
 			if others == 0 {
-				return conflict("%s is the last admin token: nobody could administer kiln without it; rotate it instead, or create another admin token first", tk.Name)
+				instead := "rotate it instead"
+				if tk.Name == ConfiguredAdminToken {
+					instead = "change the admin_token setting instead"
+				}
+				return conflict("%s is the last admin token: nobody could administer kiln without it; %s, or create another admin token first", tk.Name, instead)
 			}
 		}
 		if tk, err = t.revokeAdminToken(ctx, id); err != nil {
