@@ -34,7 +34,7 @@ type Config struct {
 	DataDir     string `yaml:"data_dir" doc:"directory for the SQLite database, step logs and agent state"`
 	Database    string `yaml:"database" doc:"database URL: empty for SQLite in data_dir, or postgres://user:pass@host/db"`
 	PublicURL   string `yaml:"public_url" doc:"URL people use to reach this server; used in links posted to forges (default http://<listen>)"`
-	AdminToken  string `yaml:"admin_token" doc:"fix the first admin token instead of generating one (KILN_ADMIN_TOKEN)"`
+	AdminToken  string `yaml:"admin_token" doc:"fix an admin token instead of generating the first one (KILN_ADMIN_TOKEN); a new value revokes the old one's token"`
 	LocalAgents int    `yaml:"local_agents" doc:"agent processes the server starts on its own host (labels local, OS, arch); 0 turns them off"`
 
 	Log      LogConfig      `yaml:"log"`
@@ -92,7 +92,7 @@ type RunsConfig struct {
 
 // MetricsConfig configures /metrics (docs/metrics.md).
 type MetricsConfig struct {
-	Listen                string        `yaml:"listen" doc:"serve /metrics on this address only, instead of on the main listener (empty: the main listener)"`
+	Listen                string        `yaml:"listen" doc:"serve /metrics on this address only, without a token: bind it to a private address (empty: the main listener, with a token)"`
 	RefreshInterval       time.Duration `yaml:"refresh_interval" doc:"how often the queue gauges are read from the database"`
 	BackpressureThreshold int           `yaml:"backpressure_threshold" doc:"queued jobs that, two refreshes in a row, log a backpressure warning"`
 }
