@@ -126,7 +126,7 @@ func TestTokensCreateListRevoke(t *testing.T) {
 		if status != 200 || strings.Contains(string(body), created.Secret) || strings.Contains(string(body), "secret") {
 			t.Fatalf("a listing shows a secret: %s", body)
 		}
-		wantError(t, h, 404, kiln.CodeNotFound, "DELETE", "/api/v1/tokens/nope", "", "no token")
+		wantError(t, h, 404, kiln.CodeNotFound, "DELETE", "/api/v1/tokens/nope", "", "no agent token")
 	})
 }
 

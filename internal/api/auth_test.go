@@ -22,7 +22,7 @@ func concrete(path string) string {
 func TestEveryAPIRouteNeedsAToken(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		revokedID, revoked := adminToken(t, h, "revoked")
-		if err := h.DB.Auth().RevokeAdminToken(ctx, revokedID); err != nil {
+		if _, err := h.DB.Auth().RevokeAdminToken(ctx, revokedID); err != nil {
 			t.Fatal(err)
 		}
 		cases := map[string]struct{ header, message string }{

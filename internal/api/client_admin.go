@@ -48,9 +48,10 @@ func (c *Client) CreateToken(ctx context.Context, r CreateTokenRequest) (Created
 	return out, err
 }
 
-// RevokeToken revokes an agent token and disconnects the agents using it.
-func (c *Client) RevokeToken(ctx context.Context, id string) error {
-	_, err := c.do(ctx, "DELETE", "/api/v1/tokens/"+url.PathEscape(id), nil, nil, nil)
+// RevokeToken revokes an agent token and disconnects the agents using it;
+// RevokeAgentToken says which token it was.
+func (c *Client) RevokeToken(ctx context.Context, ref string) error {
+	_, err := c.RevokeAgentToken(ctx, ref)
 	return err
 }
 

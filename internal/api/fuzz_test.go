@@ -23,7 +23,7 @@ func FuzzRequestBody(f *testing.F) {
 		`{}`, `{"name":"x","labels":["linux"],"mandatory":["linux"],"ttl":"1h","single_use":true}`,
 		`{"labels":[]}`, `{"ttl":"-1s"}`, `{"source":"app","workflow":"ci.yml","inputs":{"a":1}}`,
 		`{"ref":"main","sha":"abc","before":"def"}`, `{"name":"gh","kind":"github","github":{"token":"t","webhook_secret":"s"}}`,
-		`{"reason":"x"} trailing`, `[`, `{"a":`, `"str"`, `null`, `{"failed_only":1}`, "\x00\xff",
+		`{"name":"grafana","role":"read-only","ttl":"720h"}`, `{"grace":"1h"}`, `{"reason":"x"} trailing`, `[`, `{"a":`, `"str"`, `null`, `{"failed_only":1}`, "\x00\xff",
 	} {
 		f.Add(seed)
 	}
@@ -65,6 +65,13 @@ func FuzzRequestBody(f *testing.F) {
 		decode(t, body, &trig)
 		var cancel CancelRequest
 		decode(t, body, &cancel)
+		var admin CreateAdminTokenRequest
+		if decode(t, body, &admin) == nil {
+			_, err := admin.spec(time.Now())
+			check(t, err)
+		}
+		var rot RotateAdminTokenRequest
+		decode(t, body, &rot)
 	})
 }
 

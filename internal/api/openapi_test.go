@@ -42,10 +42,11 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 	}
 	var served []string
-	public := map[string]bool{}
+	public, readOnly := map[string]bool{}, map[string]bool{}
 	for _, r := range api.Routes() {
 		served = append(served, r.Method+" "+r.Path)
 		public[r.Method+" "+r.Path] = r.Public
+		readOnly[r.Method+" "+r.Path] = r.ReadOnly && !r.Public
 	}
 	slices.Sort(documented)
 	slices.Sort(served)
@@ -67,6 +68,11 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			open := hasSec && len(sec.([]any)) == 0
 			if served := slices.Contains(served, key); served && open != public[key] {
 				t.Errorf("%s: public in the docs = %v, in routes.go = %v", key, open, public[key])
+			}
+			// What a read-only token may call says so (x-kiln-read-only).
+			ro, _ := op["x-kiln-read-only"].(bool)
+			if served := slices.Contains(served, key); served && ro != readOnly[key] {
+				t.Errorf("%s: x-kiln-read-only in the docs = %v, read-only tokens allowed by routes.go = %v", key, ro, readOnly[key])
 			}
 		}
 	}

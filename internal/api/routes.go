@@ -39,6 +39,11 @@ func (s *server) table() []route {
 		{"POST", "/api/v1/tokens", false, s.createToken},
 		{"DELETE", "/api/v1/tokens/{id}", false, s.revokeToken},
 
+		{"GET", "/api/v1/admin-tokens", false, s.listAdminTokens},
+		{"POST", "/api/v1/admin-tokens", false, s.createAdminToken},
+		{"DELETE", "/api/v1/admin-tokens/{id}", false, s.revokeAdminToken},
+		{"POST", "/api/v1/admin-tokens/{id}/rotate", false, s.rotateAdminToken},
+
 		{"GET", "/api/v1/sources", false, s.listSources},
 		{"POST", "/api/v1/sources", false, s.createSource},
 		{"GET", "/api/v1/sources/{name}", false, s.getSource},
@@ -49,6 +54,27 @@ func (s *server) table() []route {
 	}
 }
 
+// Roles. An admin token may call every route. A read-only token may call
+// every GET but adminReads, and nothing else: a route added to the table is
+// closed to read-only tokens unless it only reads. TestRolesOnEveryRoute
+// walks the table.
+
+// adminReads are the GET routes that show tokens or a source's
+// configuration (the names of its secrets' variables, its hook): admins
+// only.
+var adminReads = map[string]bool{
+	"/api/v1/tokens":              true,
+	"/api/v1/admin-tokens":        true,
+	"/api/v1/sources":             true,
+	"/api/v1/sources/{name}":      true,
+	"/api/v1/sources/{name}/hook": true,
+}
+
+// readOnlyMay reports whether a read-only token may call the route.
+func readOnlyMay(method, path string) bool {
+	return method == http.MethodGet && !adminReads[path]
+}
+
 // routes builds the mux. Paths under /api/ that match no route answer a
 // JSON 404, or a JSON 405 naming the allowed methods.
 func (s *server) routes() http.Handler {
@@ -56,7 +82,7 @@ func (s *server) routes() http.Handler {
 	for _, rt := range s.table() {
 		h := s.wrap(rt.handler)
 		if !rt.public {
-			h = s.authenticate(h)
+			h = s.authenticate(rt.method, rt.path, h)
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}
@@ -90,13 +116,16 @@ type Route struct {
 	Method string
 	Path   string
 	Public bool // served without a token
+	// ReadOnly: a read-only token may call it (an admin token may call
+	// every route).
+	ReadOnly bool
 }
 
 // Routes lists the whole surface in the order routes.go maps it.
 func Routes() []Route {
 	var out []Route
 	for _, rt := range (&server{}).table() {
-		out = append(out, Route{Method: rt.method, Path: rt.path, Public: rt.public})
+		out = append(out, Route{Method: rt.method, Path: rt.path, Public: rt.public, ReadOnly: readOnlyMay(rt.method, rt.path)})
 	}
 	return out
 }

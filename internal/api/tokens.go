@@ -157,23 +157,29 @@ func (req CreateTokenRequest) spec(now time.Time) (store.AgentTokenSpec, error) 
 	return spec, nil
 }
 
+// revokeToken revokes the agent token {id} names (an id, a name or a
+// prefix: store.FindAgentToken) and disconnects its agents.
 func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
 	}
-	id := r.PathValue("id")
-	if !validRef(id) {
-		return errorf(codeNotFound, "there is no token %.80q", id)
+	ref := r.PathValue("id")
+	if !validRef(ref) {
+		return errorf(codeNotFound, "there is no agent token %.80q", ref)
 	}
-	if err := s.DB.Auth().RevokeAgentToken(r.Context(), id); err != nil {
-		if kiln.ErrorCode(err) == codeNotFound {
-			return errorf(codeNotFound, "there is no token %q", id)
-		}
+	tk, err := s.DB.Auth().FindAgentToken(r.Context(), ref)
+	if err != nil {
+		return err
+	}
+	if err := s.DB.Auth().RevokeAgentToken(r.Context(), tk.ID); err != nil {
 		return err
 	}
 	if s.Fleet != nil {
-		s.Fleet.DisconnectToken(id)
+		s.Fleet.DisconnectToken(tk.ID)
 	}
-	w.WriteHeader(http.StatusNoContent)
+	if tk, err = s.DB.Auth().FindAgentToken(r.Context(), tk.ID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, tokenDTO(tk, s.cfg.Clock()))
 	return nil
 }

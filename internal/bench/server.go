@@ -26,6 +26,7 @@ type serverProc struct {
 	cmd     *exec.Cmd
 	url     string
 	client  *api.Client
+	token   string // the admin token: the API's, and /metrics's on the main listener
 	dir     string
 	logPath string
 	ready   time.Duration // exec → /ready answering 200
@@ -84,7 +85,7 @@ func (b *bench) startServer(ctx context.Context, o serverOptions) (s *serverProc
 	s.cmd.Env = append(append(os.Environ(), "KILN_ADMIN_TOKEN="+admin), b.cfg.Env...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	s.url = "http://" + addr
+	s.url, s.token = "http://"+addr, admin
 	if s.client, err = api.NewClient(s.url, admin); err != nil {
 		return s, err
 	}

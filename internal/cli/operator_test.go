@@ -232,8 +232,8 @@ func TestTokensCreatePrintsOnlyTheSecret(t *testing.T) {
 	if err := json.Unmarshal([]byte(o.ok(t, "tokens", "list", "--json")), &tks); err != nil || len(tks) != 1 {
 		t.Fatalf("list --json: %v", err)
 	}
-	contains(t, o.ok(t, "tokens", "revoke", tks[0].ID), "revoked token")
-	o.fails(t, ExitFailure, "no token", "tokens", "revoke", "nope")
+	contains(t, o.ok(t, "tokens", "revoke", tks[0].ID), "revoked agent token", tks[0].ID, `"gpu"`)
+	o.fails(t, ExitFailure, "no agent token", "tokens", "revoke", "nope")
 	o.fails(t, ExitFailure, `mandatory label "gpu" is not among`, "tokens", "create", "--label", "linux", "--mandatory", "gpu")
 	o.fails(t, ExitUsage, "invalid argument", "tokens", "create", "--ttl", "soon")
 	// kiln agent spells it --labels; so may this.

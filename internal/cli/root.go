@@ -96,6 +96,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newLogsCmd(e))
 	root.AddCommand(newAgentsCmd(e))
 	root.AddCommand(newTokensCmd(e))
+	root.AddCommand(newAdminTokensCmd(e))
 	root.AddCommand(newSourcesCmd(e))
 	root.AddCommand(newDispatchCmd(e))
 	root.AddCommand(newQueueCmd(e))

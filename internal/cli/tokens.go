@@ -15,7 +15,7 @@ func newTokensCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tokens",
 		Short: "Create, list and revoke agent tokens",
-		Long:  "tokens manages the tokens agents authenticate with. kiln keeps only their hashes: a secret is shown once, when it is created.",
+		Long:  "tokens manages the tokens agents authenticate with (API tokens are under kiln admin-tokens). kiln keeps only their hashes: a secret is shown once, when it is created.",
 		Args:  cobra.NoArgs,
 	}
 	addClientFlags(cmd, &cf)
@@ -151,18 +151,26 @@ func newTokensListCmd(e *env, cf *clientFlags) *cobra.Command {
 
 func newTokensRevokeCmd(e *env, cf *clientFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke ID",
+		Use:   "revoke ID|NAME|PREFIX",
 		Short: "Revoke an agent token and disconnect the agents using it",
-		Args:  cobra.ExactArgs(1),
+		Long: `revoke revokes the agent token named by its id, its name, or the first characters (at least
+4) of its id or of its secret's prefix, as kiln tokens list shows them; a name or prefix
+that matches several tokens is refused with the list of them.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client(e)
 			if err != nil {
 				return err
 			}
-			if err := c.RevokeToken(cmd.Context(), args[0]); err != nil {
+			tk, err := c.RevokeAgentToken(cmd.Context(), args[0])
+			if err != nil {
 				return apiError(err)
 			}
-			fmt.Fprintf(e.stdout, "revoked token %s; agents using it were disconnected\n", args[0])
+			name := ""
+			if tk.Name != "" {
+				name = fmt.Sprintf(" %q", tk.Name)
+			}
+			fmt.Fprintf(e.stdout, "revoked agent token %s%s (%s…); agents using it were disconnected\n", tk.ID, name, tk.Prefix)
 			return nil
 		},
 	}

@@ -90,7 +90,15 @@ func scrape(t *testing.T, s *server.Server) families {
 
 func scrapeText(t *testing.T, s *server.Server) (families, string) {
 	t.Helper()
-	resp, err := http.Get(s.MetricsURL)
+	req, err := http.NewRequest("GET", s.MetricsURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On the main listener /metrics needs a token; on metrics.listen none.
+	if strings.HasPrefix(s.MetricsURL, s.URL+"/") {
+		req.Header.Set("Authorization", "Bearer "+s.AdminToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,5 +241,41 @@ func TestMetricsOnTheirOwnListener(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK || strings.Contains(string(body), "kiln_dispatch_queue_depth") {
 		t.Fatalf("the main listener still serves metrics: %d %.100s", resp.StatusCode, body)
+	}
+}
+
+// With metrics on the main listener, /metrics needs an admin or read-only
+// token: it names sources and repositories, and the main listener may face
+// the internet for webhooks.
+// Proves B62 (docs/behaviours.md).
+func TestMetricsOnTheMainListenerNeedAToken(t *testing.T) {
+	s := startServer(t, "", server.Options{}, nil)
+	if !strings.HasPrefix(s.MetricsURL, s.URL) {
+		t.Fatalf("metrics at %s, not on the main listener %s", s.MetricsURL, s.URL)
+	}
+	_, ro, err := s.DB.Auth().AddAdminToken(context.Background(), store.AdminTokenSpec{Name: "prometheus", Role: store.RoleReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(auth string) (int, string) {
+		req, _ := http.NewRequest("GET", s.MetricsURL, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, auth := range []string{"", "Bearer kadm_wrong", "Basic cHJvbTpwcm9t"} {
+		if status, body := get(auth); status != http.StatusUnauthorized || strings.Contains(body, "kiln_") {
+			t.Fatalf("/metrics with %q: %d %.100s", auth, status, body)
+		}
+	}
+	if status, body := get("Bearer " + ro); status != http.StatusOK || !strings.Contains(body, "kiln_dispatch_queue_depth") {
+		t.Fatalf("/metrics with a read-only token: %d %.100s", status, body)
 	}
 }

@@ -10,14 +10,19 @@ import (
 )
 
 // bootstrapAdmin makes sure an operator can use the API: a token fixed by
-// the configuration (KILN_ADMIN_TOKEN) is created if missing; otherwise, on
+// the configuration (KILN_ADMIN_TOKEN) is created if missing, and the one an
+// earlier value of the setting made is revoked; otherwise, on
 // the first start (no admin token yet), one is generated and printed once —
 // it is stored only as a hash and cannot be shown again. It returns the
 // token's secret when this start knows it.
 func bootstrapAdmin(ctx context.Context, db *store.DB, cfg Config, out io.Writer) (string, error) {
 	if cfg.AdminToken != "" {
-		if _, _, err := db.Auth().EnsureAdminToken(ctx, "configured", cfg.AdminToken); err != nil {
+		_, revoked, err := db.Auth().EnsureAdminToken(ctx, store.ConfiguredAdminToken, cfg.AdminToken)
+		if err != nil {
 			return "", fmt.Errorf("admin_token: %w", err)
+		}
+		for _, tk := range revoked {
+			fmt.Fprintf(out, "kiln: admin_token changed; the admin token of its previous value (%s, %s…) is revoked\n", tk.ID, tk.Prefix)
 		}
 		return cfg.AdminToken, nil
 	}

@@ -34,7 +34,7 @@ type Config struct {
 	DataDir     string `yaml:"data_dir" doc:"directory for the SQLite database, step logs and agent state"`
 	Database    string `yaml:"database" doc:"database URL: empty for SQLite in data_dir, or postgres://user:pass@host/db"`
 	PublicURL   string `yaml:"public_url" doc:"URL people use to reach this server; used in links posted to forges (default http://<listen>)"`
-	AdminToken  string `yaml:"admin_token" doc:"fix the first admin token instead of generating one (KILN_ADMIN_TOKEN)"`
+	AdminToken  string `yaml:"admin_token" doc:"fix an admin token instead of generating the first one (KILN_ADMIN_TOKEN); a new value revokes the old one's token"`
 	LocalAgents int    `yaml:"local_agents" doc:"agent processes the server starts on its own host (labels local, OS, arch); 0 turns them off"`
 
 	Log      LogConfig      `yaml:"log"`
@@ -43,6 +43,7 @@ type Config struct {
 	Webhooks WebhooksConfig `yaml:"webhooks"`
 	Runs     RunsConfig     `yaml:"runs"`
 	Metrics  MetricsConfig  `yaml:"metrics"`
+	Storage  StorageConfig  `yaml:"storage"`
 }
 
 // LogConfig configures the server's own structured log.
@@ -91,9 +92,27 @@ type RunsConfig struct {
 
 // MetricsConfig configures /metrics (docs/metrics.md).
 type MetricsConfig struct {
-	Listen                string        `yaml:"listen" doc:"serve /metrics on this address only, instead of on the main listener (empty: the main listener)"`
+	Listen                string        `yaml:"listen" doc:"serve /metrics on this address only, without a token: bind it to a private address (empty: the main listener, with a token)"`
 	RefreshInterval       time.Duration `yaml:"refresh_interval" doc:"how often the queue gauges are read from the database"`
 	BackpressureThreshold int           `yaml:"backpressure_threshold" doc:"queued jobs that, two refreshes in a row, log a backpressure warning"`
+}
+
+// StorageConfig says where caches, artifacts and archived logs are kept
+// (docs/storage.md).
+type StorageConfig struct {
+	Backend string   `yaml:"backend" doc:"filesystem (in data_dir/storage, this server only) or s3 (shared by every server on the database)"`
+	S3      S3Config `yaml:"s3"`
+}
+
+// S3Config configures the s3 storage backend. The credentials are read
+// from the environment variables it names, never from the file.
+type S3Config struct {
+	Endpoint     string `yaml:"endpoint" doc:"URL of the S3 API, e.g. https://minio.example.com:9000; empty for AWS S3 in storage.s3.region"`
+	Bucket       string `yaml:"bucket" doc:"bucket that holds kiln's objects (required for the s3 backend; kiln does not create it)"`
+	Region       string `yaml:"region" doc:"region of the bucket"`
+	PathStyle    bool   `yaml:"path_style" doc:"address the bucket as endpoint/bucket rather than bucket.endpoint (most stores other than AWS need true)"`
+	AccessKeyEnv string `yaml:"access_key_env" doc:"name of the environment variable that holds the access key id"`
+	SecretKeyEnv string `yaml:"secret_key_env" doc:"name of the environment variable that holds the secret access key"`
 }
 
 // DefaultConfig returns the embedded defaults: everything a newcomer needs.
@@ -138,6 +157,10 @@ func DefaultConfig() Config {
 		Metrics: MetricsConfig{
 			RefreshInterval:       metrics.DefaultRefreshInterval,
 			BackpressureThreshold: metrics.DefaultBackpressureThreshold,
+		},
+		Storage: StorageConfig{
+			Backend: "filesystem",
+			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
 	}
 }
@@ -232,6 +255,12 @@ func setField(v reflect.Value, raw string) error {
 		v.SetInt(int64(d))
 	case v.Kind() == reflect.String:
 		v.SetString(raw)
+	case v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", raw)
+		}
+		v.SetBool(b)
 	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
@@ -332,6 +361,7 @@ func (c *Config) Validate() error {
 	if c.Metrics.BackpressureThreshold < 1 {
 		add("metrics.backpressure_threshold must be at least 1, got %d", c.Metrics.BackpressureThreshold)
 	}
+	errs = append(errs, c.Storage.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -342,4 +372,45 @@ func redactURL(raw string) string {
 		return raw
 	}
 	return u.Redacted()
+}
+
+// validate checks the storage section; the credentials themselves are
+// read and checked when the backend is opened (openStorage).
+func (s StorageConfig) validate() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch s.Backend {
+	case "filesystem":
+		return nil
+	case "s3":
+	default:
+		add("storage.backend must be filesystem or s3, got %q", s.Backend)
+		return errs
+	}
+	if s.S3.Bucket == "" || strings.ContainsAny(s.S3.Bucket, "/ ") {
+		add("storage.s3.bucket: %q is not a bucket name (storage.backend is s3)", s.S3.Bucket)
+	}
+	if s.S3.Endpoint != "" {
+		if u, err := url.Parse(s.S3.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("storage.s3.endpoint: %q is not an http:// or https:// URL", s.S3.Endpoint)
+		}
+	}
+	if s.S3.Region == "" {
+		add("storage.s3.region must not be empty")
+	}
+	for _, kv := range [][2]string{{"storage.s3.access_key_env", s.S3.AccessKeyEnv}, {"storage.s3.secret_key_env", s.S3.SecretKeyEnv}} {
+		if !isEnvName(kv[1]) {
+			add("%s: %q is not the name of an environment variable", kv[0], kv[1])
+		}
+	}
+	return errs
+}
+
+func isEnvName(s string) bool {
+	for i, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/metrics"
@@ -29,8 +30,16 @@ func newMetrics(cfg Config, db *store.DB, fl *fleet.Fleet, statuses *forge.Statu
 	})
 }
 
+// metricsOnMain is /metrics on the main listener (metrics.listen empty).
+// That listener often faces the internet for webhooks, and the metrics name
+// sources, repositories and workflows: it needs an admin or read-only token.
+func metricsOnMain(db *store.DB, m *metrics.Metrics, log *slog.Logger) http.Handler {
+	return api.RequireToken(db, log.With("part", "metrics"), m.Handler())
+}
+
 // metricsListener serves /metrics alone on metrics.listen, when set: the
 // main listener often faces forges on the internet, the scraper does not.
+// There it needs no token; bind it to a private address.
 type metricsListener struct {
 	ln  net.Listener
 	srv *http.Server

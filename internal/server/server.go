@@ -100,6 +100,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	defer logs.Close()
+	if _, err := openStorage(ctx, cfg, os.Getenv, log); err != nil { // wired to caches, artifacts and logs later
+		return err
+	}
 	admin, err := bootstrapAdmin(ctx, db, cfg, opts.Out)
 	if err != nil {
 		return err
@@ -139,7 +142,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	mux.Handle("GET /ws", fl.Handler())
 	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
 	if cfg.Metrics.Listen == "" {
-		mux.Handle("GET /metrics", met.Handler())
+		mux.Handle("GET /metrics", metricsOnMain(db, met, log))
 	}
 	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log}); err != nil {
 		return err

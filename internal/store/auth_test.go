@@ -140,14 +140,17 @@ func TestAdminTokens(t *testing.T) {
 		if _, _, err := a.CreateAdminToken(ctx, " ", time.Time{}); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("unnamed token: %v", err)
 		}
-		if err := a.RevokeAdminToken(ctx, tk.ID); err != nil {
+		if _, _, err := a.CreateAdminToken(ctx, "backup", time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.RevokeAdminToken(ctx, tk.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := a.AuthenticateAdmin(ctx, secret); !errors.Is(err, store.ErrUnauthorized) {
 			t.Fatalf("revoked admin token: %v", err)
 		}
 		list, _ := a.ListAdminTokens(ctx)
-		if len(list) != 1 || list[0].Name != "ops" {
+		if len(list) != 2 || list[1].Name != "ops" || list[1].RevokedAt.IsZero() {
 			t.Fatalf("list %+v", list)
 		}
 	})

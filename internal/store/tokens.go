@@ -42,9 +42,14 @@ func newSecret(prefix string) (string, error) {
 	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
 }
 
-// displayPrefix is what listings show of a secret.
+// displayPrefix is what listings show of a secret: the kind and 8 random
+// characters of a secret kiln made, and at most a quarter of one an
+// operator chose (admin_token may be as short as 16 characters).
 func displayPrefix(secret, prefix string) string {
-	return secret[:min(len(secret), len(prefix)+8)]
+	if strings.HasPrefix(secret, prefix) && len(secret) >= len(prefix)+32 {
+		return secret[:len(prefix)+8]
+	}
+	return secret[:min(4, len(secret)/4)]
 }
 
 // errBadToken is what every rejected token gets: callers answer 401
@@ -248,132 +253,4 @@ func (a Auth) revoke(ctx context.Context, table, id string) error {
 		}
 		return nil
 	})
-}
-
-// AdminToken is a stored admin (API) token.
-type AdminToken struct {
-	ID         string
-	Prefix     string
-	Name       string
-	CreatedAt  time.Time
-	ExpiresAt  time.Time
-	RevokedAt  time.Time
-	LastUsedAt time.Time
-}
-
-const adminTokenCols = `id, prefix, name, created_at, expires_at, revoked_at, last_used_at`
-
-func scanAdminToken(r interface{ Scan(...any) error }) (AdminToken, error) {
-	var tk AdminToken
-	var created, expires, revoked, used sql.NullInt64
-	err := r.Scan(&tk.ID, &tk.Prefix, &tk.Name, &created, &expires, &revoked, &used)
-	tk.CreatedAt, tk.ExpiresAt, tk.RevokedAt, tk.LastUsedAt = fromMS(created), fromMS(expires), fromMS(revoked), fromMS(used)
-	return tk, err
-}
-
-// CreateAdminToken stores a new admin token and returns it with its secret.
-func (a Auth) CreateAdminToken(ctx context.Context, name string, expiresAt time.Time) (AdminToken, string, error) {
-	if strings.TrimSpace(name) == "" {
-		return AdminToken{}, "", invalid("an admin token needs a name")
-	}
-	secret, err := newSecret(AdminTokenPrefix)
-	if err != nil {
-		return AdminToken{}, "", err
-	}
-	id, err := newID()
-	if err != nil {
-		return AdminToken{}, "", err
-	}
-	var tk AdminToken
-	err = a.h.write(ctx, func(t *txn) error {
-		tk, err = scanAdminToken(t.queryRow(ctx, `INSERT INTO admin_tokens (id, hash, prefix, name, created_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?) RETURNING `+adminTokenCols,
-			id, HashToken(secret), displayPrefix(secret, AdminTokenPrefix), name, ms(t.now), nullMS(expiresAt)))
-		return err
-	})
-	if err != nil {
-		return AdminToken{}, "", fmt.Errorf("create admin token: %w", err)
-	}
-	return tk, secret, nil
-}
-
-// EnsureAdminToken makes sure an admin token with the given secret exists
-// (an operator fixed it with KILN_ADMIN_TOKEN), creating it if needed.
-func (a Auth) EnsureAdminToken(ctx context.Context, name, secret string) (tk AdminToken, created bool, err error) {
-	if len(secret) < 16 {
-		return AdminToken{}, false, invalid("an admin token must be at least 16 characters long")
-	}
-	id, err := newID()
-	if err != nil {
-		return AdminToken{}, false, err
-	}
-	err = a.h.write(ctx, func(t *txn) error {
-		var err error
-		tk, err = scanAdminToken(t.queryRow(ctx, "SELECT "+adminTokenCols+" FROM admin_tokens WHERE hash = ?", HashToken(secret)))
-		if err == nil {
-			if !tk.RevokedAt.IsZero() {
-				return invalid("the admin token given in the configuration was revoked; choose another")
-			}
-			return nil
-		}
-		if !isNoRows(err) {
-			return err
-		}
-		tk, err = scanAdminToken(t.queryRow(ctx, `INSERT INTO admin_tokens (id, hash, prefix, name, created_at)
-			VALUES (?, ?, ?, ?, ?) RETURNING `+adminTokenCols,
-			id, HashToken(secret), displayPrefix(secret, AdminTokenPrefix), name, ms(t.now)))
-		created = err == nil
-		return err
-	})
-	if err != nil {
-		return AdminToken{}, false, fmt.Errorf("ensure admin token: %w", err)
-	}
-	return tk, created, nil
-}
-
-// AuthenticateAdmin returns the admin token a secret belongs to, or an
-// ErrUnauthorized error. It reads from the read pool and writes
-// last_used_at at most once a minute, so API reads do not each take the
-// write lock.
-func (a Auth) AuthenticateAdmin(ctx context.Context, secret string) (AdminToken, error) {
-	now := a.h.now()
-	tk, err := scanAdminToken(a.h.reader().queryRow(ctx, `SELECT `+adminTokenCols+` FROM admin_tokens
-		WHERE hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`, HashToken(secret), ms(now)))
-	if isNoRows(err) {
-		return AdminToken{}, errBadToken()
-	}
-	if err != nil {
-		return AdminToken{}, err
-	}
-	if now.Sub(tk.LastUsedAt) >= lastUsedEvery {
-		err = a.h.write(ctx, func(t *txn) error {
-			_, err := t.exec(ctx, "UPDATE admin_tokens SET last_used_at = ? WHERE id = ?", ms(t.now), tk.ID)
-			return err
-		})
-		tk.LastUsedAt = now
-	}
-	return tk, err
-}
-
-// RevokeAdminToken revokes an admin token.
-func (a Auth) RevokeAdminToken(ctx context.Context, id string) error {
-	return a.revoke(ctx, "admin_tokens", id)
-}
-
-// ListAdminTokens lists admin tokens, newest first.
-func (a Auth) ListAdminTokens(ctx context.Context) ([]AdminToken, error) {
-	rows, err := a.h.reader().query(ctx, "SELECT "+adminTokenCols+" FROM admin_tokens ORDER BY created_at DESC, id DESC")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []AdminToken
-	for rows.Next() {
-		tk, err := scanAdminToken(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tk)
-	}
-	return out, rows.Err()
 }

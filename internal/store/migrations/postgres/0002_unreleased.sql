@@ -13,6 +13,13 @@ CREATE INDEX jobs_unroutable ON jobs (unroutable_since) WHERE status = 'queued' 
 -- sources.secret: nothing ever set it; a source's secrets are in its config.
 ALTER TABLE sources DROP COLUMN secret;
 
+-- Admin tokens and roles (issue 12): a read-only role beside admin, who
+-- created a token, and the token a rotation replaced it with (its
+-- revoked_at may then lie in the future: the grace period).
+ALTER TABLE admin_tokens ADD COLUMN role TEXT NOT NULL DEFAULT 'admin';
+ALTER TABLE admin_tokens ADD COLUMN created_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE admin_tokens ADD COLUMN replaced_by TEXT;
+
 -- Fork pull requests (issue 12): each source's policy for pull requests
 -- from forks (approve, run or deny) and the mandatory agent labels their
 -- jobs may use; a run held for an admin's approval says why, and who
