@@ -20,7 +20,7 @@ import (
 // carry warnings about the credentials (a classic token that can push) and
 // never a secret. A patch cannot rename a source, change its kind, store
 // the redaction placeholder as a secret, or set an unknown policy.
-// Proves B92 (docs/behaviours.md).
+// Proves B100 (docs/behaviours.md).
 func TestSourceForkPolicyAndPatch(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		gh := forgetest.NewGitHub(t)
@@ -101,7 +101,7 @@ func mustSource(t *testing.T, h *apitest.Harness) store.Source {
 // A run held for approval shows why on the API; approving it records the
 // admin token's name and the time and releases its jobs; cancelling one
 // rejects it; approving a run that needs none, or twice, is a conflict.
-// Proves B89 (docs/behaviours.md).
+// Proves B97 (docs/behaviours.md).
 func TestApproveRun(t *testing.T) {
 	forEach(t, func(t *testing.T, h *apitest.Harness) {
 		const reason = "waiting for approval: pull request from fork mallory/app by mallory"

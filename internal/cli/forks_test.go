@@ -18,7 +18,7 @@ import (
 // `sources add` takes a fork policy, fork labels and a read-only clone
 // credential, and warns when the only token can push; `sources update`
 // changes exactly what its flags name and keeps every other secret.
-// Proves B92 (docs/behaviours.md).
+// Proves B100 (docs/behaviours.md).
 func TestSourcesForkPolicyAndCloneCredentials(t *testing.T) {
 	o := newOp(t)
 	gh := forgetest.NewGitHub(t)
@@ -89,7 +89,7 @@ func TestSourcesForkPolicyAndCloneCredentials(t *testing.T) {
 // `runs show` says a fork's run waits for approval and how to approve or
 // reject it; `runs approve` releases it and `runs show` then names the
 // approver.
-// Proves B89 (docs/behaviours.md).
+// Proves B97 (docs/behaviours.md).
 func TestRunsApprove(t *testing.T) {
 	o := newOp(t)
 	ev, _ := json.Marshal(kiln.Event{Name: kiln.EventPullRequest, Fork: &kiln.Fork{HeadRepository: "mallory/app", Author: "mallory", AuthorAssociation: "NONE"}})

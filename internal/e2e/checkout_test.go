@@ -70,7 +70,7 @@ func newGitHTTP(t testing.TB, root, token string) *gitHTTP {
 // read-only credentials, and a source without a clone credential clones
 // anonymously, which a private repository refuses with a message naming
 // the flag that fixes it.
-// Proves B58, B89, B92 (docs/behaviours.md).
+// Proves B58, B97, B100 (docs/behaviours.md).
 func TestGitHubRunChecksOutThePushedCommitWithTheCloneToken(t *testing.T) {
 	t.Parallel()
 	const cloneToken = "github_pat_e2e-read-only"

@@ -48,7 +48,7 @@ func startHeld(t *testing.T, b bundle, ev *kiln.Event, hold string, forkLabels .
 // runs_on is literal or evaluated at release, and their checkout is marked
 // a fork's; a held run wakes no agent and tells its watchers it is
 // pending, and Approve releases it, records who, and tells them again.
-// Proves B90 (docs/behaviours.md).
+// Proves B98 (docs/behaviours.md).
 func TestForkRunsAreHeldAndRestricted(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {
 		changes, stop := b.eng.Watch(16)

@@ -355,7 +355,7 @@ func TestResolveAndClone(t *testing.T) {
 // A token source's agents get its clone credential: a read-only token
 // (as the password of the forge's user name, or the one given), or an
 // ssh deploy key with its pinned host keys and the ssh address.
-// Proves B92 (docs/behaviours.md).
+// Proves B100 (docs/behaviours.md).
 func TestCloneCredentials(t *testing.T) {
 	const key = "-----BEGIN OPENSSH PRIVATE KEY-----\nKEY\n-----END OPENSSH PRIVATE KEY-----\n"
 	for _, a := range apiForges {

@@ -61,7 +61,7 @@ func checkAppJWT(auth string, pub *rsa.PublicKey, now time.Time) string {
 // A GitHub App source exchanges its JWT for installation tokens, cached
 // until shortly before they expire; the token an agent clones with is
 // minted apart, for the one repository with contents: read.
-// Proves B92 (docs/behaviours.md).
+// Proves B100 (docs/behaviours.md).
 func TestGitHubAppInstallationTokens(t *testing.T) {
 	key := rsaTestKey(t)
 	var mu sync.Mutex

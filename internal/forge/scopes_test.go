@@ -14,7 +14,7 @@ import (
 // permissions or a Gitea token's. A clone token that can push is worth a
 // warning too; a read-only clone credential, a deploy key or a GitHub App
 // is not.
-// Proves B92 (docs/behaviours.md).
+// Proves B100 (docs/behaviours.md).
 func TestCredentialWarnings(t *testing.T) {
 	scopes := func(s string) *string { return &s }
 	gh := newFakeForge(t, false, "Bearer tok-123")
@@ -76,7 +76,7 @@ func TestCredentialWarnings(t *testing.T) {
 // forge: Gitea (whose payloads do not say) answers its collaborators API
 // with 204 or 404, and the repository's owner needs no question; a
 // failure is an error, never a yes.
-// Proves B91 (docs/behaviours.md).
+// Proves B99 (docs/behaviours.md).
 func TestCollaborator(t *testing.T) {
 	eachForge(t, Options{}, func(t *testing.T, f *fakeForge, repo Repo) {
 		f.mu.Lock()

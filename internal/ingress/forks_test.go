@@ -71,7 +71,7 @@ func (f *fixture) runOf(t *testing.T, d store.Delivery) store.Run {
 // at once too; under "deny" the delivery is recorded as ignored with the
 // reason and nothing is created. Every fork job keeps to the labels the
 // source allows forks.
-// Proves B91 (docs/behaviours.md).
+// Proves B99 (docs/behaviours.md).
 func TestGitHubForkPullRequestPolicies(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		f.gh.SetFiles(repo, prSHA, "", map[string]string{".kiln/workflows/ci.yml": prYAML})
@@ -126,7 +126,7 @@ func TestGitHubForkPullRequestPolicies(t *testing.T) {
 // Gitea's collaborators API. A collaborator's runs at once; a
 // non-collaborator's, and one Gitea cannot answer for (500), waits for
 // approval.
-// Proves B91 (docs/behaviours.md).
+// Proves B99 (docs/behaviours.md).
 func TestGiteaForkPullRequestAsksTheCollaboratorsAPI(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		gt := forgetest.NewGitea(t)

@@ -21,7 +21,7 @@ import (
 // its own token, which leaves a source without one cloning anonymously
 // with a hint naming the flag —, a job of no source is cloned as its event
 // named it, and a source that is gone fails the dispatch.
-// Proves B92 (docs/behaviours.md).
+// Proves B100 (docs/behaviours.md).
 func TestSourceCredentials(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.New(t)

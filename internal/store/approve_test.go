@@ -29,7 +29,7 @@ func heldRun() store.NewRun {
 // when, restarts the timeout, and releases the jobs as creating the run
 // would have; a second approval, an approval of an unheld run, and one of
 // a run cancelled while it waited (the cancel rejects it) are conflicts.
-// Proves B89 (docs/behaviours.md).
+// Proves B97 (docs/behaviours.md).
 func TestHeldRunWaitsForApproval(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, heldRun())
@@ -120,7 +120,7 @@ func TestHeldRunWaitsForApproval(t *testing.T) {
 // The job of a fork pull request is claimed only by agents whose mandatory
 // labels all lie in what its source allows forks: a deploy agent never
 // gets one unless the source names deploy, while ordinary agents do.
-// Proves B90 (docs/behaviours.md).
+// Proves B98 (docs/behaviours.md).
 func TestForkJobsSkipAgentsWithMandatoryLabels(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		forkReq := func(allowed ...string) kiln.Requirement {

@@ -39,7 +39,7 @@ func forkVariant(t *testing.T, file, head, author, association string) []byte {
 // fork's, whoever opened it; the event says from where, by whom, and how
 // GitHub relates the author to the repository. One from a branch of the
 // repository itself is no fork.
-// Proves B88 (docs/behaviours.md).
+// Proves B96 (docs/behaviours.md).
 func TestGitHubForkPullRequests(t *testing.T) {
 	for _, file := range []string{"pull_request.opened.payload.json", "pull_request.synchronize.payload.json", "pull_request.reopened.payload.json"} {
 		ev, err := FromGitHub("pull_request", readFixture(t, "github/"+file))
@@ -88,7 +88,7 @@ func TestGitHubForkPullRequests(t *testing.T) {
 }
 
 // Names that would forge lines in reasons and statuses are refused.
-// Proves B88 (docs/behaviours.md).
+// Proves B96 (docs/behaviours.md).
 func TestForkNamesArePlain(t *testing.T) {
 	for _, bad := range []string{"mallory\nwaiting for approval: approved", "a b", "x\x1b[31m", "evil\u202egnp"} {
 		_, err := FromGitHub("pull_request", forkVariant(t, "pull_request.opened.payload.json", "mallory/x", bad, "NONE"))
