@@ -35,6 +35,8 @@ type agent struct {
 	draining bool
 	stopping bool
 	sess     *session      // the registered connection; nil when there is none
+	servers  []string      // known coordinators (failover.go); empty: only url
+	cur      int           // index in servers of the next attempt
 	change   chan struct{} // closed and replaced whenever jobs, drain or stop change
 }
 
@@ -144,6 +146,8 @@ func (a *agent) run(ctx context.Context) error {
 		}
 		if registered {
 			bo.reset()
+		} else {
+			a.failed()
 		}
 		if a.isStopping() {
 			continue

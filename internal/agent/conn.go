@@ -49,12 +49,13 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 	// A hard stop abandons a connection not yet registered: it has
 	// nothing to flush.
 	defer context.AfterFunc(a.stopCtx, cancel)()
-	conn, _, err := websocket.Dial(hctx, a.url, &websocket.DialOptions{
+	target := a.target()
+	conn, _, err := websocket.Dial(hctx, target, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"kiln-agent/" + a.cfg.Version}},
 		HTTPClient: noRedirects,
 	})
 	if err != nil {
-		return false, fmt.Errorf("connect to %s: %w", a.url, err)
+		return false, fmt.Errorf("connect to %s: %w", target, err)
 	}
 	defer conn.CloseNow()
 	// A larger frame closes the connection with 1009.
@@ -68,6 +69,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 		return false, s.outcome(err)
 	}
 	cancel()
+	a.learn(target, ack.Coordinators)
 	s.registered(ack)
 	defer s.disconnected()
 	if !reg.Draining {

@@ -190,6 +190,10 @@ type RegisterAck struct {
 	Dropped                []string `json:"dropped,omitempty"`
 	HeartbeatIntervalMS    int64    `json:"heartbeat_interval_ms"`
 	JobHeartbeatIntervalMS int64    `json:"job_heartbeat_interval_ms"`
+	// Coordinators are the advertise URLs of the live coordinators sharing
+	// the orchestrator's database, this one first: where the agent may
+	// reconnect when this one is gone.
+	Coordinators []string `json:"coordinators,omitempty"`
 }
 
 // Dispatch hands one job to the agent under a lease epoch: every update the

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kilnci/kiln/internal/cluster"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
@@ -108,6 +109,26 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
+	// Listening before anything runs gives the advertise URL its port; the
+	// connections wait in the backlog until the server serves.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	// This process's membership among the servers sharing the database:
+	// its row is written before it serves, so its agents never look
+	// orphaned; on SQLite it is the only one, and the leader.
+	cl, err := cluster.New(db, cluster.Config{AdvertiseURL: advertiseURL(cfg, ln),
+		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, DeadAfter: cfg.Cluster.DeadAfter,
+		Sole: db.Dialect() == "sqlite", Clock: opts.Clock, Logger: log.With("part", "cluster")})
+	if err != nil {
+		return err
+	}
+	if err := cl.Join(ctx); err != nil {
+		return err
+	}
+
 	sources := ingress.NewSources(db, forge.Options{Logger: log.With("part", "forge")})
 	creds := opts.CloneCredentials
 	if creds == nil {
@@ -115,7 +136,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	// The fleet serves agents; what its store operations commit goes to
 	// the engine through fl.Effects().
-	fl, err := fleet.New(db, logs, creds, fleetConfig(cfg, opts.Clock, log))
+	fl, err := fleet.New(db, logs, creds, fleetConfig(cfg, cl, opts.Clock, log))
 	if err != nil {
 		return err
 	}
@@ -129,7 +150,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	eng := engine.New(db, fl, engine.Config{
 		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
 		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
-		Hooks: met.EngineHooks(),
+		Hooks: met.EngineHooks(), Leading: func() bool { _, ok := cl.Leading(); return ok },
 	})
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
@@ -148,10 +169,6 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
 	var metricsLn *metricsListener
 	if cfg.Metrics.Listen != "" {
@@ -182,6 +199,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return eng.Run(gctx) })
 	g.Go(func() error { return fl.Run(gctx) })
+	g.Go(func() error { return cl.Run(gctx) })
 	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return scheduler.Run(gctx) })

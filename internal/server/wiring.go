@@ -2,10 +2,13 @@ package server
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/cluster"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/ingress"
@@ -14,7 +17,7 @@ import (
 )
 
 // fleetConfig maps the agents section of the configuration onto the fleet.
-func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Config {
+func fleetConfig(cfg Config, cl *cluster.Cluster, clock func() time.Time, log *slog.Logger) fleet.Config {
 	a := cfg.Agents
 	return fleet.Config{
 		AuthTimeout: a.AuthTimeout, RegisterTimeout: a.RegisterTimeout,
@@ -23,9 +26,21 @@ func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Con
 		SweepInterval: cfg.Queue.SweepInterval, RedriveInterval: cfg.Queue.RedriveInterval,
 		MaxMessageBytes:   int64(a.MaxMessageBytes),
 		MessagesPerSecond: float64(a.MessagesPerSecond), BytesPerSecond: float64(a.BytesPerSecond),
-		SoleCoordinator: cfg.Database == "",
-		Clock:           clock, Logger: log.With("part", "fleet"),
+		Cluster: cl, Clock: clock, Logger: log.With("part", "fleet"),
 	}
+}
+
+// advertiseURL is where agents reach this server: cluster.advertise_url,
+// else public_url, else (public_url naming port 0) the address it listens
+// on.
+func advertiseURL(cfg Config, ln net.Listener) string {
+	if cfg.Cluster.AdvertiseURL != "" {
+		return cfg.Cluster.AdvertiseURL
+	}
+	if strings.HasSuffix(cfg.PublicURL, ":0") {
+		return "http://" + ln.Addr().String()
+	}
+	return cfg.PublicURL
 }
 
 type apiDeps struct {
