@@ -50,6 +50,7 @@ func (c *Cluster) publishLoop(ctx context.Context) {
 				break more
 			}
 		}
+		c.log.Debug("cluster: publishing a wake-up", "jobs", len(ids))
 		for _, p := range payloads(c.id, ids) {
 			if err := c.db.Notify(ctx, WakeChannel, p); err != nil && ctx.Err() == nil {
 				c.log.Warn("cluster: publishing a wake-up failed; the others' redrive will find the jobs", "err", err)

@@ -202,6 +202,7 @@ func (f *Fleet) wakesFromOthers(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case ids := <-ch:
+			f.log.Debug("fleet: woken by another coordinator", "jobs", len(ids))
 			if len(ids) == 0 {
 				f.disp.redrive()
 				continue
