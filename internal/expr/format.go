@@ -82,7 +82,7 @@ func checkFormat(c *checker, n *callNode, args []Type) {
 
 // evalFormat renders every argument once, computes the result's size and
 // refuses before building it if it would pass MaxStringBytes. A format that
-// is not a string is its text, as in GitHub Actions: format(null) is ”,
+// is not a string is its text, as in GitHub Actions: format(null) is empty,
 // format(true) is 'true'.
 func evalFormat(ev *evaluator, n *callNode, args []any) (any, *Error) {
 	f, ok := scalarText(args[0])
