@@ -32,8 +32,13 @@ func (f *Fleet) monitor(ctx context.Context) {
 		// The leader's work: dead coordinators' agents first, so the stale
 		// sweep never fails a job whose agent lost only its coordinator.
 		if l, ok := f.cl.Leading(); ok {
-			if err := f.recoverOrphans(ctx, l); err != nil {
-				f.log.Error("fleet: recovering the jobs of dead coordinators' agents failed", "err", err)
+			// A sole coordinator has no other whose agents could be
+			// orphaned after its start (Run recovered the previous
+			// process's).
+			if !f.cl.Sole() {
+				if err := f.recoverOrphans(ctx, l); err != nil {
+					f.log.Error("fleet: recovering the jobs of dead coordinators' agents failed", "err", err)
+				}
 			}
 			f.sweep(l)
 		}
