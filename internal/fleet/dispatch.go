@@ -238,7 +238,9 @@ func (d *dispatcher) retryShort(ctx context.Context, short bool) {
 		d.retries = 0
 		return
 	}
-	keys, err := d.f.db.Queue().Keys(ctx)
+	// Not cut short by the fleet's stop: a read interrupted by a cancel
+	// leaves the driver closing its connection in the background.
+	keys, err := d.f.db.Queue().Keys(context.WithoutCancel(ctx))
 	if err != nil {
 		return
 	}
