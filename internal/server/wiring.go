@@ -10,6 +10,7 @@ import (
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -36,6 +37,7 @@ type apiDeps struct {
 	sources *ingress.Sources
 	logs    *logstore.Store
 	log     *slog.Logger
+	scalers *scaler.Manager
 }
 
 // mountAPI puts the REST API, /health and /ready on mux.
