@@ -30,7 +30,7 @@ jobs:
 // A server without local agents and with a process scaler runs a push's
 // jobs on agents it starts for them, each agent one job (its own), each
 // removed once its job ended: no agent and no spawn is left.
-// Proves B170, B173, B178, B187 (docs/behaviours.md).
+// Proves B170, B180 (docs/behaviours.md).
 func TestProcessScalerRunsEachJobOnAFreshAgent(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) {
@@ -84,7 +84,7 @@ func TestProcessScalerRunsEachJobOnAFreshAgent(t *testing.T) {
 // pending reason and on the run's timeline; the job stays queued (the
 // scaler backs off) until the queue expiry ends it with that error, never a
 // generic timeout, and the run fails for it.
-// Proves B174, B175, B177, B183, B184 (docs/behaviours.md).
+// Proves B169, B172, B173, B177 (docs/behaviours.md).
 func TestBrokenScalerFailureShowsOnTheJobAndEndsItAtExpiry(t *testing.T) {
 	t.Parallel()
 	broken := filepath.Join(t.TempDir(), "kiln-broken")
@@ -93,6 +93,7 @@ func TestBrokenScalerFailureShowsOnTheJobAndEndsItAtExpiry(t *testing.T) {
 	}
 	s := startServer(t, func(c *server.Config) {
 		c.Queue.Expiry = 6 * time.Second
+		c.Queue.UnroutableGrace = time.Second
 		c.Scalers = []scaler.Config{{Name: "broken", Type: "process", Labels: kiln.Labels{"scaled"}, MaxAgents: 2,
 			Binary: broken, SpawnTimeout: time.Minute}}
 	})
@@ -100,6 +101,10 @@ func TestBrokenScalerFailureShowsOnTheJobAndEndsItAtExpiry(t *testing.T) {
 jobs:
   one:
     runs_on: [scaled]
+    steps:
+      - run: echo never
+  gpu:
+    runs_on: [gpu]
     steps:
       - run: echo never
 `})
@@ -125,6 +130,11 @@ jobs:
 	}
 	if !strings.Contains(run.FailureReason, "boom: no such runtime") {
 		t.Fatalf("run failure reason %q", run.FailureReason)
+	}
+	// A job the scaler serves waited for it past the unroutable grace; one
+	// nothing serves failed unroutable, the message naming the scalers.
+	if gpu := mustJob(t, run, "gpu"); gpu.Status != kiln.JobUnroutable || !strings.Contains(gpu.Error, "no scaler serves it (considered: broken)") {
+		t.Fatalf("gpu job %s: %q", gpu.Status, gpu.Error)
 	}
 	tl, err := s.DB.Runs().Timeline(bg, run.ID, job.ID)
 	if err != nil {

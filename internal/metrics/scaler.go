@@ -18,7 +18,7 @@ type scalerSeries struct {
 	registered    *prometheus.HistogramVec
 }
 
-// Bound values of kiln_scaler_spawn_failures_total (B184): a spawn for a
+// Bound values of kiln_scaler_spawn_failures_total (B176): a spawn for a
 // job, or one for the warm pool.
 const (
 	SpawnBound   = "true"

@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Event types a scaler reports about an agent it starts (B185).
+// Event types a scaler reports about an agent it starts (B178).
 const (
 	EventProvisioning = "scaler.provisioning"
 	EventNetwork      = "scaler.network"
@@ -61,7 +61,7 @@ type Instance interface {
 	Exited() <-chan struct{}
 	// ExitErr says how it ended, once Exited is closed.
 	ExitErr() error
-	// Tail is the last lines of its output (B183), "" when none.
+	// Tail is the last lines of its output (B177), "" when none.
 	Tail() string
 	// Destroy stops and removes it, gracefully first; reason says why
 	// (job-complete, spawn-timeout, shutdown, …). It is idempotent.
@@ -71,7 +71,7 @@ type Instance interface {
 // TailLines is how many output lines a capture keeps.
 const TailLines = 50
 
-// Capture keeps the last TailLines lines written to it (B183): a ring of
+// Capture keeps the last TailLines lines written to it (B177): a ring of
 // lines, joined oldest first by Tail.
 type Capture struct {
 	mu      sync.Mutex
@@ -122,7 +122,7 @@ func (c *Capture) Tail() string {
 	return strings.Join(lines, "\n")
 }
 
-// WithTail enriches a failure with the captured output (B184): the bare
+// WithTail enriches a failure with the captured output (B177): the bare
 // message when nothing was captured.
 func WithTail(msg, tail string) string {
 	if tail == "" {

@@ -9,7 +9,7 @@ import (
 )
 
 // Event reports what a backend (or the manager) did with an agent. It is
-// attributed to a job (B175–B181 of docs/behaviours.md): the job the agent
+// attributed to a job (B174, B175): the job the agent
 // took wins; before that, the job it was started for; an event neither
 // names waits, in order, until the agent takes a job. Every scaler.failed
 // is counted and logged, attributed or not; a warm-pool agent's failure
@@ -56,7 +56,7 @@ func (m *Manager) Event(agentID, typ, detail string) {
 }
 
 // record writes an attributed event: the run's timeline and, for a
-// failure, the queued job's last provisioning error (B177).
+// failure, the queued job's last provisioning error (B172).
 func (m *Manager) record(agentID, runID, jobID, typ, detail string, at time.Time) {
 	ctx := context.Background()
 	if err := m.db.Runs().AddRunEvent(ctx, store.RunEvent{RunID: runID, JobID: jobID, At: at, Type: typ,

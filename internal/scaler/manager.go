@@ -65,7 +65,7 @@ type Hooks struct {
 	Redispatch  func(trigger string, n int)
 }
 
-// Backoff after consecutive spawn failures of a scaler (B175).
+// Backoff after consecutive spawn failures of a scaler (B173).
 const (
 	BackoffBase = 30 * time.Second
 	BackoffMax  = 15 * time.Minute
@@ -242,7 +242,7 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 // recover takes over the spawns a previous process of this server left:
-// their agents have the recovery window to come back (B181).
+// their agents have the recovery window to come back.
 func (m *Manager) recover(ctx context.Context) {
 	spawns, err := m.db.Scalers().List(ctx, m.cfg.Instance)
 	if err != nil {

@@ -33,7 +33,7 @@ type Process struct {
 	KillAfter time.Duration
 }
 
-// Spawn starts the agent process (B187).
+// Spawn starts the agent process (B179).
 func (p *Process) Spawn(ctx context.Context, req SpawnRequest) (Instance, error) {
 	bin := req.Binary
 	if bin == "" {
@@ -113,7 +113,7 @@ func (p *procInstance) ExitErr() error          { return p.err }
 func (p *procInstance) Tail() string            { return p.capture.Tail() }
 
 // Destroy sends SIGTERM to the process group, SIGKILL after killAfter,
-// waits for the process and removes its state directory (B188).
+// waits for the process and removes its state directory (B179).
 func (p *procInstance) Destroy(ctx context.Context, _ string) error {
 	var err error
 	p.once.Do(func() {

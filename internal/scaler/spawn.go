@@ -70,7 +70,7 @@ func (m *Manager) deferred(name string) bool {
 }
 
 // room is how many more agents the scaler may start now: its max_agents
-// and the global cap, counting every server's spawns (B171).
+// and the global cap, counting every server's spawns.
 func (m *Manager) room(ctx context.Context, c Config) (int, error) {
 	counts, err := m.db.Scalers().Count(ctx)
 	if err != nil {
@@ -88,7 +88,7 @@ func (m *Manager) room(ctx context.Context, c Config) (int, error) {
 }
 
 // reserve books the CPU and memory of one agent against the scaler's and
-// the global budgets (B172); false when either would be exceeded.
+// the global budgets; false when either would be exceeded.
 func (m *Manager) reserve(c Config) (float64, int64, bool) {
 	cpus := c.DefaultResources.CPUs
 	mem, _ := ParseMemory(c.DefaultResources.Memory)
@@ -136,7 +136,7 @@ func (m *Manager) spawn(ctx context.Context, c Config, jobID, runID string) erro
 		unreserve()
 		return err // another server (or an earlier pass) serves the job
 	}
-	// B173: a single-use token bound to this agent id and these labels.
+	// B171: a single-use token bound to this agent id and these labels.
 	tk, secret, err := m.db.Auth().CreateAgentToken(ctx, store.AgentTokenSpec{
 		Name: "scaler " + c.Name + ": " + id, Labels: labels.Labels, Mandatory: labels.Mandatory,
 		SingleUse: true, AgentID: id, CreatedBy: "scaler", ExpiresAt: m.now().Add(c.SpawnTimeout + 7*24*time.Hour),
@@ -175,7 +175,7 @@ func (m *Manager) spawn(ctx context.Context, c Config, jobID, runID string) erro
 }
 
 // run is one spawn: wait for a slot, start the agent, wait for it to
-// register within the spawn timeout (B174).
+// register within the spawn timeout (B172).
 func (m *Manager) run(ctx context.Context, c Config, a *managed, req SpawnRequest) {
 	st := m.state[c.Name]
 	select {
@@ -211,7 +211,7 @@ func (m *Manager) run(ctx context.Context, c Config, a *managed, req SpawnReques
 	select {
 	case <-a.registered:
 		release()
-		// B176: a failure after registration is still reported, through
+		// B174: a failure after registration is still reported, through
 		// the job the agent took.
 		<-inst.Exited()
 		if err := inst.ExitErr(); err != nil && !m.isDestroyed(a) {
@@ -243,7 +243,7 @@ func (m *Manager) isDestroyed(a *managed) bool {
 
 // fail ends a spawn that did not produce an agent: scaler.failed with the
 // detail, the scaler backs off, the agent is removed and its job waits for
-// the next spawn (B177).
+// the next spawn (B172).
 func (m *Manager) fail(a *managed, detail string) {
 	m.Event(a.id, EventFailed, detail)
 	m.mu.Lock()
@@ -258,7 +258,7 @@ func (m *Manager) fail(a *managed, detail string) {
 }
 
 // destroy removes an agent this process started: the backend's instance,
-// the spawn row and its token, the reservation (B178). Capacity freed
+// the spawn row and its token, the reservation (B180). Capacity freed
 // wakes the manager for the jobs still waiting.
 func (m *Manager) destroy(ctx context.Context, a *managed, reason string) {
 	m.mu.Lock()
@@ -305,7 +305,7 @@ func (m *Manager) Registered(agentID string) (jobID string, ephemeral bool) {
 		return "", false
 	}
 	if a == nil && adopt {
-		// B181: an agent the previous process started is back in time.
+		// An agent the previous process started is back in time.
 		a = &managed{id: agentID, scaler: sp.Scaler, jobID: sp.JobID, runID: sp.RunID, warm: sp.JobID == "",
 			registered: make(chan struct{}), startedAt: sp.StartedAt}
 		if c := m.config(sp.Scaler); c != nil {
@@ -339,7 +339,7 @@ func (m *Manager) Registered(agentID string) (jobID string, ephemeral bool) {
 
 // Took is told by the fleet that a scaler's agent was sent a job: events
 // about the agent are that job's from now on, and those it could not
-// attribute so far follow, in order (B180).
+// attribute so far follow, in order (B175).
 func (m *Manager) Took(agentID, runID, jobID string) {
 	m.mu.Lock()
 	a := m.agents[agentID]
@@ -358,7 +358,7 @@ func (m *Manager) Took(agentID, runID, jobID string) {
 
 // Gone is told by the fleet that an agent's connection ended; held is how
 // many jobs it still held. A scaler's agent holding none is removed now;
-// one holding a job has the recovery window to come back (B179).
+// one holding a job has the recovery window to come back.
 func (m *Manager) Gone(agentID, reason string, held int) {
 	m.mu.Lock()
 	a := m.agents[agentID]
@@ -392,7 +392,7 @@ func (x reaped) Destroy(ctx context.Context, _ string) error {
 	return x.r.Reap(ctx, x.id)
 }
 
-// warm keeps each scaler's warm pool at its size (B182).
+// warm keeps each scaler's warm pool at its size.
 func (m *Manager) warm(ctx context.Context) {
 	m.mu.Lock()
 	var want []Config
@@ -448,8 +448,8 @@ func (m *Manager) Names() []string {
 	return out
 }
 
-// Reason says why jobs with the requirement wait when a scaler serves it
-// (B186): an agent is being started, the scaler is at capacity, or — ""
+// Reason says why jobs with the requirement wait when a scaler serves it:
+// an agent is being started, the scaler is at capacity, or — ""
 // with true — it backs off after a failure, and the jobs keep the
 // provisioning error as their reason.
 func (m *Manager) Reason(r kiln.Requirement) (string, bool) {
