@@ -94,6 +94,10 @@ func (s *server) runLogs(w http.ResponseWriter, r *http.Request) error {
 		return ls.fail(r, ls.out.flush())
 	}
 	ls.remaining = -1
+	// The server's read timeout would end a follow (net/http cancels the
+	// request's context when its background read times out); its writes
+	// each take their own deadline instead (B101).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return ls.fail(r, ls.follow(r.Context()))
 }
 

@@ -67,6 +67,13 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.handlers.Add(1) // under acceptMu: never after shutdown began waiting
 	f.acceptMu.Unlock()
+	// The HTTP server's read and write deadlines stay on the connection
+	// after the upgrade and would cut a healthy agent off: the handshake
+	// has its own timers (auth_timeout, register_timeout) and every write
+	// its own deadline (Config.WriteTimeout) (B101).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		f.handlers.Done()

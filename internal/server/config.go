@@ -38,6 +38,7 @@ type Config struct {
 	LocalAgents int    `yaml:"local_agents" doc:"agent processes the server starts on its own host (labels local, OS, arch); 0 turns them off"`
 
 	Log      LogConfig      `yaml:"log"`
+	HTTP     HTTPConfig     `yaml:"http"`
 	Agents   AgentsConfig   `yaml:"agents"`
 	Queue    QueueConfig    `yaml:"queue"`
 	Webhooks WebhooksConfig `yaml:"webhooks"`
@@ -51,6 +52,26 @@ type LogConfig struct {
 	Level  string `yaml:"level" doc:"debug, info, warn or error"`
 	Format string `yaml:"format" doc:"text or json"`
 }
+
+// HTTPConfig bounds how long a client may hold the HTTP server's
+// resources: every request's headers and body, idle keep-alive
+// connections, and each write of a response. Streamed responses (log
+// follows) and agent connections at /ws take write_timeout per write and
+// clear read_timeout, which would otherwise end them.
+type HTTPConfig struct {
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" doc:"a request's headers must arrive within this"`
+	ReadTimeout       time.Duration `yaml:"read_timeout" doc:"a request's headers and body must arrive within this (a slower webhook is cut off)"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout" doc:"a keep-alive connection idle this long is closed"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"a response (or each write of a streamed one) must be taken by the client within this"`
+}
+
+// The HTTP server's default timeouts (docs/configuration.md).
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultWriteTimeout      = 30 * time.Second
+)
 
 // AgentsConfig holds every timing and limit of the agent protocol.
 type AgentsConfig struct {
@@ -125,6 +146,10 @@ func DefaultConfig() Config {
 		DataDir:     "kiln-data",
 		LocalAgents: 1,
 		Log:         LogConfig{Level: "info", Format: "text"},
+		HTTP: HTTPConfig{
+			ReadHeaderTimeout: DefaultReadHeaderTimeout, ReadTimeout: DefaultReadTimeout,
+			IdleTimeout: DefaultIdleTimeout, WriteTimeout: DefaultWriteTimeout,
+		},
 		Agents: AgentsConfig{
 			AuthTimeout:          proto.DefaultAuthTimeout,
 			RegisterTimeout:      proto.DefaultRegisterTimeout,
@@ -318,6 +343,8 @@ func (c *Config) Validate() error {
 		key string
 		v   time.Duration
 	}{
+		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout}, {"http.read_timeout", c.HTTP.ReadTimeout},
+		{"http.idle_timeout", c.HTTP.IdleTimeout}, {"http.write_timeout", c.HTTP.WriteTimeout},
 		{"agents.auth_timeout", a.AuthTimeout}, {"agents.register_timeout", a.RegisterTimeout},
 		{"agents.heartbeat_interval", a.HeartbeatInterval}, {"agents.unhealthy_after", a.UnhealthyAfter},
 		{"agents.drop_after", a.DropAfter}, {"agents.job_heartbeat_interval", a.JobHeartbeatInterval},
@@ -332,6 +359,9 @@ func (c *Config) Validate() error {
 		if d.v <= 0 {
 			add("%s must be positive, got %s", d.key, d.v)
 		}
+	}
+	if c.HTTP.ReadTimeout < c.HTTP.ReadHeaderTimeout {
+		add("http.read_timeout (%s) must not be shorter than http.read_header_timeout (%s): it includes the headers", c.HTTP.ReadTimeout, c.HTTP.ReadHeaderTimeout)
 	}
 	if a.DropAfter <= a.HeartbeatInterval {
 		add("agents.drop_after (%s) must be longer than agents.heartbeat_interval (%s)", a.DropAfter, a.HeartbeatInterval)
