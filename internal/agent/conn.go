@@ -73,6 +73,12 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 		return false, s.outcome(err)
 	}
 	cancel()
+	if a.lostSince(reg) {
+		// The orchestrator now holds for this agent a job the lease
+		// stopped meanwhile: register again without it (B126).
+		conn.Close(websocket.StatusNormalClosure, "the agent's lease ran out during registration")
+		return false, errors.New("the agent's lease ran out while it registered; registering again without the stopped jobs")
+	}
 	s.registered(ack, began)
 	defer s.disconnected()
 	if !reg.Draining {

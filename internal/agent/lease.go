@@ -182,3 +182,17 @@ func (a *agent) noLostRunning() bool {
 	}
 	return true
 }
+
+// lostSince reports whether a job the registration listed was stopped by
+// the lease after the register frame was built.
+func (a *agent) lostSince(reg *proto.Register) bool {
+	a.checkLease()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range reg.InFlight {
+		if j := a.jobs[f.JobID]; j == nil || j.lost {
+			return true
+		}
+	}
+	return false
+}
