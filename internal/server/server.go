@@ -95,14 +95,16 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	defer db.Close()
-	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, "logs"), Logger: log})
+	blobs, err := openStorage(ctx, cfg, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, "logs"), Logger: log.With("part", "logs"),
+		Archive: logArchive(cfg, blobs)})
 	if err != nil {
 		return err
 	}
 	defer logs.Close()
-	if _, err := openStorage(ctx, cfg, os.Getenv, log); err != nil { // wired to caches, artifacts and logs later
-		return err
-	}
 	admin, err := bootstrapAdmin(ctx, db, cfg, opts.Out)
 	if err != nil {
 		return err
@@ -184,6 +186,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return scheduler.Run(gctx) })
 	g.Go(func() error { return met.Run(gctx) })
+	g.Go(func() error { return logs.Run(gctx) })
 	if metricsLn != nil {
 		g.Go(func() error { return metricsLn.Run(gctx) })
 	}
