@@ -85,7 +85,9 @@ type AgentsConfig struct {
 	AckTimeout           time.Duration `yaml:"ack_timeout" doc:"an agent must acknowledge a dispatched job this soon, else the job is requeued"`
 	RecoveryWindow       time.Duration `yaml:"recovery_window" doc:"how long a started job waits for its lost agent to reconnect"`
 	LeaseMargin          time.Duration `yaml:"lease_margin" doc:"an agent stops its jobs this long before the orchestrator could give them to another (see docs/faults.md)"`
-	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent"`
+	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent once it has authenticated (4 KiB before)"`
+	MaxUnauthenticated   int           `yaml:"max_unauthenticated" doc:"agent connections that have not authenticated yet, in all; one more is refused with 503"`
+	MaxUnauthPerAddress  int           `yaml:"max_unauthenticated_per_address" doc:"agent connections that have not authenticated yet from one remote address"`
 	MessagesPerSecond    int           `yaml:"messages_per_second" doc:"sustained frames per second per agent before it is throttled (heartbeats exempt)"`
 	BytesPerSecond       int           `yaml:"bytes_per_second" doc:"sustained bytes per second per agent before it is throttled"`
 }
@@ -162,6 +164,8 @@ func DefaultConfig() Config {
 			RecoveryWindow:       store.DefaultRecoveryWindow,
 			LeaseMargin:          proto.DefaultLeaseMargin,
 			MaxMessageBytes:      proto.MaxFrameBytes,
+			MaxUnauthenticated:   fleet.DefaultMaxUnauthenticated,
+			MaxUnauthPerAddress:  fleet.DefaultMaxUnauthenticatedPerAddress,
 			MessagesPerSecond:    fleet.DefaultMessagesPerSecond,
 			BytesPerSecond:       fleet.DefaultBytesPerSecond,
 		},
@@ -378,6 +382,9 @@ func (c *Config) Validate() error {
 	}
 	if a.MaxMessageBytes < 64<<10 {
 		add("agents.max_message_bytes must be at least 65536, got %d", a.MaxMessageBytes)
+	}
+	if a.MaxUnauthenticated < 1 || a.MaxUnauthPerAddress < 1 || a.MaxUnauthPerAddress > a.MaxUnauthenticated {
+		add("agents.max_unauthenticated_per_address (%d) must be at least 1 and at most agents.max_unauthenticated (%d)", a.MaxUnauthPerAddress, a.MaxUnauthenticated)
 	}
 	if a.MessagesPerSecond < 1 || a.BytesPerSecond < 1 {
 		add("agents.messages_per_second and agents.bytes_per_second must be positive")
