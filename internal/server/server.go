@@ -85,6 +85,26 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		opts.Clock = time.Now
 	}
 	started := time.Now()
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Bind before anything is created: a first start that cannot listen
+	// (the port is in use) leaves no database behind and prints no admin
+	// token it would then lose (B129).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	var rawMetricsLn net.Listener
+	if cfg.Metrics.Listen != "" {
+		if rawMetricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			return fmt.Errorf("metrics.listen on %s: %w", cfg.Metrics.Listen, err)
+		}
+		defer rawMetricsLn.Close()
+	}
 	if err := secureDataDir(cfg, log); err != nil {
 		return err
 	}
@@ -150,18 +170,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
 	var metricsLn *metricsListener
-	if cfg.Metrics.Listen != "" {
-		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, cfg.HTTP, met, log); err != nil {
-			ln.Close()
-			return err
-		}
-		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
+	if rawMetricsLn != nil {
+		metricsLn = listenMetrics(rawMetricsLn, cfg.HTTP, met, log)
+		metricsURL = "http://" + rawMetricsLn.Addr().String() + "/metrics"
 	}
 	// Requests run under baseCtx, which ends streamGrace after shutdown
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
