@@ -200,17 +200,25 @@ func DefaultConfig() Config {
 }
 
 // LoadFile overlays a YAML file onto c. Unknown keys are errors, so a typo
-// never silently leaves a default in place.
+// never silently leaves a default in place; each error names the dotted key
+// and its line, and suggests the key probably meant (checkYAML).
 func (c *Config) LoadFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("config %s: %w", path, decodeError(err))
+	}
+	if errs := checkYAML(&doc); len(errs) > 0 {
+		return fmt.Errorf("config %s: %w", path, errors.Join(errs...))
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// An empty file is an empty configuration.
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("config %s: %w", path, decodeError(err))
 	}
 	return nil
 }
@@ -245,7 +253,17 @@ func (c *Config) Set(key, raw string) error {
 		return fmt.Errorf("%s: %w", key, err)
 	}
 	if !found {
-		return fmt.Errorf("unknown configuration key %q", key)
+		name, prefix := key, ""
+		if i := strings.LastIndexByte(key, '.'); i >= 0 {
+			name, prefix = key[i+1:], key[:i+1]
+		}
+		var siblings []string
+		for _, k := range allKeys() {
+			if rest, ok := strings.CutPrefix(k, prefix); ok && !strings.Contains(rest, ".") {
+				siblings = append(siblings, rest)
+			}
+		}
+		return fmt.Errorf("unknown configuration key %q%s", key, closestKey(name, prefix, siblings, allKeys()))
 	}
 	return nil
 }

@@ -184,6 +184,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
 		"startup", time.Since(started).Round(time.Millisecond))
+	fmt.Fprint(opts.Out, cliHint(s.Addr))
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -272,7 +273,17 @@ func newLogger(w io.Writer, c LogConfig) *slog.Logger {
 	_ = level.UnmarshalText([]byte(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "json" {
+		opts.ReplaceAttr = durationText
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationText writes a duration in the JSON log as text ("735ms") rather
+// than as nanoseconds, as the text log does.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
