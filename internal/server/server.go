@@ -130,6 +130,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
+	// Webhook bodies larger than webhooks.in_memory_bytes wait here, in
+	// unlinked files, until they are verified (B103).
+	spoolDir := filepath.Join(cfg.DataDir, "tmp")
+	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
 	sources := ingress.NewSources(db, forge.Options{Logger: log.With("part", "forge")})
 	creds := opts.CloneCredentials
 	if creds == nil {
@@ -156,7 +162,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
-		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
+		MaxUnverified: cfg.Webhooks.MaxUnverified, InMemoryBytes: cfg.Webhooks.InMemoryBytes, SpoolDir: spoolDir,
+		UnverifiedWait: cfg.HTTP.ReadTimeout / 2,
+		Recorded:       met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
 	})
 	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
