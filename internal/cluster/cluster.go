@@ -87,6 +87,7 @@ type Cluster struct {
 	lease        store.LeaderLease
 	trustedUntil time.Time
 	live         []store.Coordinator // as of the last heartbeat
+	beatAt       time.Time           // the last heartbeat written
 
 	wakes   chan []string // wake-ups from other coordinators; nil slice: redrive
 	publish chan []string
@@ -119,9 +120,13 @@ func (c *Cluster) Sole() bool { return c.cfg.Sole }
 // Join writes this coordinator's row, before it serves anyone: a
 // registration recorded under its id must never look orphaned.
 func (c *Cluster) Join(ctx context.Context) error {
+	started := c.cfg.Clock()
 	if err := c.db.Cluster().Beat(ctx, c.id, c.cfg.AdvertiseURL); err != nil {
 		return fmt.Errorf("cluster: record this coordinator: %w", err)
 	}
+	c.mu.Lock()
+	c.beatAt = started
+	c.mu.Unlock()
 	c.refresh(ctx)
 	return nil
 }
@@ -140,6 +145,18 @@ func (c *Cluster) Leading() (store.LeaderLease, bool) {
 		return store.LeaderLease{}, false
 	}
 	return c.lease, true
+}
+
+// Isolated reports that this coordinator's last recorded heartbeat is so
+// old (dead_after less two heartbeats) that the leader may soon count it
+// dead; never on a sole coordinator.
+func (c *Cluster) Isolated() bool {
+	if c.cfg.Sole {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.beatAt.IsZero() && c.cfg.Clock().Sub(c.beatAt) > c.cfg.DeadAfter-2*c.cfg.HeartbeatInterval
 }
 
 // Coordinators returns the advertise URLs of the live coordinators, this
@@ -184,8 +201,15 @@ func (c *Cluster) Run(ctx context.Context) error {
 }
 
 func (c *Cluster) beat(ctx context.Context) {
-	if err := c.db.Cluster().Beat(ctx, c.id, c.cfg.AdvertiseURL); err != nil && ctx.Err() == nil {
-		c.log.Warn("cluster: heartbeat failed", "err", err)
+	started := c.cfg.Clock()
+	if err := c.db.Cluster().Beat(ctx, c.id, c.cfg.AdvertiseURL); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("cluster: heartbeat failed", "err", err)
+		}
+	} else {
+		c.mu.Lock()
+		c.beatAt = started
+		c.mu.Unlock()
 	}
 	c.refresh(ctx)
 	if !c.cfg.Sole {

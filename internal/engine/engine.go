@@ -39,6 +39,15 @@ type Config struct {
 	// Leading says whether this server is the cluster's leader, which
 	// alone runs the periodic sweeps (nil: always, one server).
 	Leading func() bool
+	// Scalers, when set, are asked whether they would start an agent for
+	// a job no known agent could run: such a job is never unroutable.
+	Scalers Scalers
+}
+
+// Scalers is the scaler manager as the unroutable probe sees it.
+type Scalers interface {
+	Serves(r kiln.Requirement) bool
+	Names() []string
 }
 
 // Defaults.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -33,6 +34,10 @@ type Cluster interface {
 	// delivers theirs (empty: offer the whole queue again).
 	Publish(jobIDs []string)
 	Wakes() <-chan []string
+	// Isolated says this coordinator could not record that it is alive
+	// for so long that the leader may count it dead: it must stop serving
+	// its agents, which then reconnect to another.
+	Isolated() bool
 }
 
 // solo is the Cluster of a fleet that is alone: it always leads, and a
@@ -52,6 +57,7 @@ func (solo) Leading() (store.LeaderLease, bool) { return store.LeaderLease{}, tr
 func (solo) Coordinators() []string             { return nil }
 func (solo) Publish([]string)                   {}
 func (solo) Wakes() <-chan []string             { return nil }
+func (solo) Isolated() bool                     { return false }
 
 // fence makes a leader-only write fail (store.ErrConflict) unless the
 // leader lease is still held under l's epoch; a sole coordinator has no
@@ -94,6 +100,13 @@ func (f *Fleet) recoverOrphans(ctx context.Context, l store.LeaderLease) error {
 				return store.Effects{}, err
 			}
 			mergeEffects(&eff, res.Effects)
+			// The agent may have heard from its coordinator until it died,
+			// and runs its jobs for its lease after that (B126, B127).
+			if len(res.Jobs) > 0 {
+				if err := tx.Queue().HoldRecovery(ctx, o.AgentID, tx.Now().Add(f.cfg.DropAfter+f.cfg.RecoveryWindow)); err != nil {
+					return store.Effects{}, err
+				}
+			}
 		}
 		return eff, tx.Cluster().Prune(ctx, f.liveSince(tx.Now()))
 	})
@@ -116,6 +129,25 @@ func (f *Fleet) liveSince(now time.Time) time.Time {
 		return now.Add(time.Hour)
 	}
 	return now.Add(-f.cl.DeadAfter())
+}
+
+// leaveIfIsolated closes every connection (going away: the agents
+// reconnect to another coordinator and keep their jobs) while this
+// coordinator cannot record that it is alive: the leader is about to count
+// it dead and hand its agents' jobs to recovery, and an agent that still
+// heard from it would keep running them past their recovery.
+func (f *Fleet) leaveIfIsolated() {
+	if !f.cl.Isolated() {
+		return
+	}
+	conns := f.reg.allConns()
+	if len(conns) > 0 {
+		f.log.Warn("fleet: this coordinator cannot record that it is alive; closing its agents' connections so they move to another", "agents", len(conns))
+	}
+	for _, c := range conns {
+		f.disconnect(c, closeCause{kind: "isolated", code: proto.CloseGoingAway,
+			reason: "this coordinator lost its database", keepUnstarted: true, noStore: true})
+	}
 }
 
 // dropHeldElsewhere ends, without touching the store, this coordinator's

@@ -43,6 +43,7 @@ func (f *Fleet) monitor(ctx context.Context) {
 			f.sweep(l)
 		}
 		f.dropHeldElsewhere(ctx)
+		f.leaveIfIsolated()
 		f.retryLosses()
 		if now.Sub(lastRedrive) >= f.cfg.RedriveInterval {
 			lastRedrive = now

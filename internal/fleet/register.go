@@ -208,13 +208,22 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 
 	ack := &proto.RegisterAck{AgentID: m.AgentID, Labels: labels.Labels, Mandatory: labels.Mandatory, MaxJobs: m.MaxJobs,
 		HeartbeatIntervalMS:    f.cfg.HeartbeatInterval.Milliseconds(),
-		JobHeartbeatIntervalMS: f.cfg.JobHeartbeatInterval.Milliseconds(), Coordinators: f.cl.Coordinators()}
+		JobHeartbeatIntervalMS: f.cfg.JobHeartbeatInterval.Milliseconds(),
+		DropAfterMS:            f.cfg.DropAfter.Milliseconds(),
+		RecoveryWindowMS:       f.cfg.RecoveryWindow.Milliseconds(),
+		LeaseMarginMS:          f.cfg.LeaseMargin.Milliseconds(),
+		Coordinators:           f.cl.Coordinators()}
 	for _, l := range rec.Kept {
 		a.jobs[l.JobID] = &heldJob{runID: runs[l.JobID], epoch: l.Epoch, sent: true, acked: true}
 		ack.Recovered = append(ack.Recovered, l.JobID)
 	}
 	for _, l := range rec.Refused {
 		ack.Dropped = append(ack.Dropped, l.JobID)
+	}
+	bound := ""
+	if s := f.cfg.Scaler; s != nil {
+		bound, a.oneJob = s.Registered(m.AgentID)
+		a.took = a.oneJob && len(rec.Kept) > 0
 	}
 	c.agent.Store(a)
 	f.reg.register(a)
@@ -224,7 +233,11 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	// Only now may frames follow: the agent reads register.ack first.
 	a.live.Store(true)
 	f.reg.changed()
-	f.disp.agentFree(a)
+	if bound != "" && !a.took {
+		f.disp.bind(a, bound)
+	} else {
+		f.disp.agentFree(a)
+	}
 	f.disp.refreshReasons()
 	f.log.Info("agent registered", "agent_id", a.id, "labels", labels.Labels.Key(), "mandatory", labels.Mandatory.Key(),
 		"max_jobs", a.maxJobs, "recovered", len(rec.Kept), "dropped", len(rec.Refused), "resolved", len(rec.Resolved))

@@ -86,6 +86,26 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		opts.Clock = time.Now
 	}
 	started := time.Now()
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Bind before anything is created: a first start that cannot listen
+	// (the port is in use) leaves no database behind and prints no admin
+	// token it would then lose (B129).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	var rawMetricsLn net.Listener
+	if cfg.Metrics.Listen != "" {
+		if rawMetricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			return fmt.Errorf("metrics.listen on %s: %w", cfg.Metrics.Listen, err)
+		}
+		defer rawMetricsLn.Close()
+	}
 	if err := secureDataDir(cfg, log); err != nil {
 		return err
 	}
@@ -111,13 +131,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
-	// Listening before anything runs gives the advertise URL its port; the
-	// connections wait in the backlog until the server serves.
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	// Webhook bodies larger than webhooks.in_memory_bytes wait here, in
+	// unlinked files, until they are verified (B103).
+	spoolDir := filepath.Join(cfg.DataDir, "tmp")
+	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
 	}
-	defer ln.Close()
 	// This process's membership among the servers sharing the database:
 	// its row is written before it serves, so its agents never look
 	// orphaned; on SQLite it is the only one, and the leader.
@@ -137,8 +156,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		creds = sourceCredentials{sources}
 	}
 	// The fleet serves agents; what its store operations commit goes to
-	// the engine through fl.Effects().
-	fl, err := fleet.New(db, logs, creds, fleetConfig(cfg, cl, opts.Clock, log))
+	// the engine through fl.Effects(). The scalers start agents for the
+	// jobs it leaves waiting.
+	scalers, err := newScalers(cfg, db, opts, log.With("part", "scaler"))
+	if err != nil {
+		return err
+	}
+	fcfg := fleetConfig(cfg, cl, opts.Clock, log)
+	fcfg.Scaler = fleetScaler(scalers)
+	fl, err := fleet.New(db, logs, creds, fcfg)
 	if err != nil {
 		return err
 	}
@@ -147,17 +173,24 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if scalers != nil {
+		scalers.SetFleet(fl)
+		scalers.SetHooks(met.ScalerHooks())
+	}
 	// The engine wakes and cancels jobs through the fleet, applies what the
 	// fleet commits, and tells the metrics what it did.
 	eng := engine.New(db, fl, engine.Config{
 		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
 		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
-		Hooks: met.EngineHooks(), Leading: func() bool { _, ok := cl.Leading(); return ok },
+		Hooks: met.EngineHooks(), Scalers: engineScalers(scalers),
+		Leading: func() bool { _, ok := cl.Leading(); return ok },
 	})
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
-		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
+		MaxUnverified: cfg.Webhooks.MaxUnverified, InMemoryBytes: cfg.Webhooks.InMemoryBytes, SpoolDir: spoolDir,
+		UnverifiedWait: cfg.HTTP.ReadTimeout / 2,
+		Recorded:       met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
 	})
 	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
@@ -167,18 +200,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", metricsOnMain(db, met, log))
 	}
-	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout}); err != nil {
+	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
 		return err
 	}
 
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
 	var metricsLn *metricsListener
-	if cfg.Metrics.Listen != "" {
-		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, cfg.HTTP, met, log); err != nil {
-			ln.Close()
-			return err
-		}
-		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
+	if rawMetricsLn != nil {
+		metricsLn = listenMetrics(rawMetricsLn, cfg.HTTP, met, log)
+		metricsURL = "http://" + rawMetricsLn.Addr().String() + "/metrics"
 	}
 	// Requests run under baseCtx, which ends streamGrace after shutdown
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
@@ -223,6 +253,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		defer t.Stop()
 		return srv.Shutdown(sctx)
 	})
+	if scalers != nil {
+		scalers.SetServerURL(s.URL)
+		g.Go(func() error { return scalers.Run(gctx) })
+	}
 	if cfg.LocalAgents > 0 {
 		la := &localAgents{db: db, cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
 		g.Go(func() error { return la.Run(gctx) })
