@@ -19,10 +19,13 @@ import (
 
 // clusterArgs are the flags of a server sharing a database with others:
 // short cluster timings, and no redrive worth the name, so a job reaches
-// another server's agent only through the wake-up.
+// another server's agent only through the wake-up. The recovery window is
+// longer than the tests' usual: an agent whose server died has the window
+// less the lease margin to reconnect to another before it stops its jobs
+// (B126), and a loaded machine needs a few seconds for that.
 func clusterArgs(dbURL string) []string {
 	return []string{"--database", dbURL, "--set", "cluster.heartbeat_interval=250ms", "--set", "cluster.dead_after=3s",
-		"--set", "queue.redrive_interval=1h"}
+		"--set", "queue.redrive_interval=1h", "--set", "agents.recovery_window=10s"}
 }
 
 // Two servers on one PostgreSQL database, two agents on each. A run
