@@ -67,6 +67,9 @@ type AgentTokenSpec struct {
 	Mandatory kiln.Labels
 	ExpiresAt time.Time // zero: never
 	SingleUse bool      // consumed by its first authentication
+	// AgentID, when set, binds the token to one agent id: it registers
+	// that id and no other (a scaler's ephemeral agents).
+	AgentID   string
 	CreatedBy string
 }
 
@@ -78,6 +81,7 @@ type AgentToken struct {
 	Labels     kiln.Labels // nil: not scoped
 	Mandatory  kiln.Labels
 	SingleUse  bool
+	AgentID    string // "": any agent id
 	CreatedBy  string
 	CreatedAt  time.Time
 	ExpiresAt  time.Time
@@ -86,15 +90,17 @@ type AgentToken struct {
 	LastUsedAt time.Time
 }
 
-const agentTokenCols = `id, prefix, name, labels, mandatory, single_use, created_by, created_at, expires_at, revoked_at, consumed_at, last_used_at`
+const agentTokenCols = `id, prefix, name, labels, mandatory, single_use, created_by, created_at, expires_at, revoked_at, consumed_at, last_used_at, agent_id`
 
 func scanAgentToken(r interface{ Scan(...any) error }) (AgentToken, error) {
 	var tk AgentToken
 	var labels sql.NullString
 	var mandatory string
 	var created, expires, revoked, consumed, used sql.NullInt64
+	var agentID sql.NullString
 	err := r.Scan(&tk.ID, &tk.Prefix, &tk.Name, &labels, &mandatory, &tk.SingleUse, &tk.CreatedBy,
-		&created, &expires, &revoked, &consumed, &used)
+		&created, &expires, &revoked, &consumed, &used, &agentID)
+	tk.AgentID = agentID.String
 	if labels.Valid {
 		tk.Labels = kiln.ParseLabelsKey(labels.String)
 	}
@@ -120,16 +126,19 @@ func (a Auth) CreateAgentToken(ctx context.Context, spec AgentTokenSpec) (AgentT
 	if err != nil {
 		return AgentToken{}, "", err
 	}
-	var labels any
+	var labels, agentID any
 	if spec.Labels != nil {
 		labels = kiln.NewLabels(spec.Labels...).Key()
+	}
+	if spec.AgentID != "" {
+		agentID = spec.AgentID
 	}
 	var tk AgentToken
 	err = a.h.write(ctx, func(t *txn) error {
 		tk, err = scanAgentToken(t.queryRow(ctx, `INSERT INTO agent_tokens (id, hash, prefix, name, labels, mandatory, single_use,
-			created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+agentTokenCols,
+			created_by, created_at, expires_at, agent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+agentTokenCols,
 			id, HashToken(secret), displayPrefix(secret, AgentTokenPrefix), spec.Name, labels,
-			kiln.NewLabels(spec.Mandatory...).Key(), boolInt(spec.SingleUse), spec.CreatedBy, ms(t.now), nullMS(spec.ExpiresAt)))
+			kiln.NewLabels(spec.Mandatory...).Key(), boolInt(spec.SingleUse), spec.CreatedBy, ms(t.now), nullMS(spec.ExpiresAt), agentID))
 		return err
 	})
 	if err != nil {
@@ -192,7 +201,8 @@ func (a Auth) VerifyAgentToken(ctx context.Context, secret string) (AgentToken, 
 // nor expired, and a single-use token is consumed by its first registration
 // and from then on admits only the agent that registration recorded (the
 // agents row with this token_id), so an ephemeral agent can reconnect after a
-// blip but no other agent can use its token. Anything else is ErrUnauthorized.
+// blip but no other agent can use its token; a token bound to an agent id
+// (AgentID) registers that id only. Anything else is ErrUnauthorized.
 func (a Auth) ClaimAgentToken(ctx context.Context, tokenID, agentID string) (AgentToken, error) {
 	var tk AgentToken
 	err := a.h.write(ctx, func(t *txn) error {
@@ -201,9 +211,10 @@ func (a Auth) ClaimAgentToken(ctx context.Context, tokenID, agentID string) (Age
 		tk, err = scanAgentToken(t.queryRow(ctx, `UPDATE agent_tokens SET last_used_at = ?,
 			consumed_at = CASE WHEN single_use = 1 AND consumed_at IS NULL THEN ? ELSE consumed_at END
 			WHERE id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)
+			AND (agent_id IS NULL OR agent_id = ?)
 			AND (single_use = 0 OR consumed_at IS NULL
 				OR EXISTS (SELECT 1 FROM agents WHERE agents.id = ? AND agents.token_id = agent_tokens.id))
-			RETURNING `+agentTokenCols, now, now, tokenID, now, agentID))
+			RETURNING `+agentTokenCols, now, now, tokenID, now, agentID, agentID))
 		if isNoRows(err) {
 			return errBadToken()
 		}
