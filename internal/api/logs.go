@@ -94,6 +94,10 @@ func (s *server) runLogs(w http.ResponseWriter, r *http.Request) error {
 		return ls.fail(r, ls.out.flush())
 	}
 	ls.remaining = -1
+	// The server's read timeout would end a follow (net/http cancels the
+	// request's context when its background read times out); its writes
+	// each take their own deadline instead (B101).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return ls.fail(r, ls.follow(r.Context()))
 }
 
@@ -105,6 +109,8 @@ type logJob struct {
 	sub   *logstore.Subscription
 	seqs  map[logstore.Ref]uint64
 	done  bool
+	// endedAt is when a follow first saw the job ended (drained).
+	endedAt time.Time
 }
 
 func newLogJob(j store.Job) *logJob {
@@ -168,7 +174,7 @@ func (ls *logStream) catchUp(j *logJob) error {
 		}
 		ref := logstore.Ref{RunID: ls.run.ID, JobID: j.job.ID, Epoch: epoch, Step: step}
 		// Reading scans a file from its start: skip the ones with nothing new.
-		if last, err := ls.s.Logs.LastSeq(ref); err == nil && last <= max(j.seqs[ref], ls.q.after) {
+		if last, err := ls.s.Logs.Last(ref); err == nil && last <= max(j.seqs[ref], ls.q.after) {
 			continue
 		}
 		if err := ls.catchUpRef(j, ref); err != nil {
@@ -325,12 +331,17 @@ func (ls *logStream) poll(ctx context.Context) error {
 		}
 		newAttempt := fresh.LeaseEpoch != j.job.LeaseEpoch
 		j.job = fresh
-		if newAttempt || fresh.Status.Terminal() {
+		// With shared logs the agent may be on another server, whose lines
+		// reach this one only through the archive: read it every poll.
+		if newAttempt || fresh.Status.Terminal() || ls.s.Logs.Shared() {
 			if err := ls.catchUp(j); err != nil {
 				return err
 			}
 		}
 		if fresh.Status.Terminal() {
+			if ls.s.Logs.Shared() && !ls.drained(ctx, j) {
+				continue // the last lines are on their way from the agent's server
+			}
 			if j.sub != nil {
 				j.sub.Close()
 				j.sub = nil
@@ -339,6 +350,32 @@ func (ls *logStream) poll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// shipWait bounds how long a follow waits, after its job ended, for the
+// job's last lines to be shipped by the server the agent was connected to.
+const shipWait = 10 * time.Second
+
+// drained reports whether every line the database says was stored for an
+// ended job's steps has been sent, or the wait for them is over.
+func (ls *logStream) drained(ctx context.Context, j *logJob) bool {
+	if j.endedAt.IsZero() {
+		j.endedAt = time.Now()
+	}
+	if time.Since(j.endedAt) > shipWait {
+		return true
+	}
+	for _, st := range j.job.Steps {
+		if !ls.wants(st.Index) {
+			continue
+		}
+		mark, err := ls.s.DB.Logs().HighWater(ctx, j.job.ID, st.Index)
+		ref := logstore.Ref{RunID: ls.run.ID, JobID: j.job.ID, Epoch: j.job.LeaseEpoch, Step: st.Index}
+		if err == nil && uint64(mark) > max(j.seqs[ref], ls.q.after) {
+			return false
+		}
+	}
+	return true
 }
 
 func (ls *logStream) finished() bool {

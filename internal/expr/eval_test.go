@@ -18,7 +18,10 @@ func TestEval(t *testing.T) {
 	}{
 		// literals
 		{"null", nil}, {"true", true}, {"false", false}, {"42", 42.0}, {"-1.5", -1.5},
-		{"1e3", 1000.0}, {"2.5E-1", 0.25}, {"0x1F", 31.0}, {"-0x10", -16.0}, {"007", 7.0},
+		{"1e3", 1000.0}, {"2.5E-1", 0.25}, {"0x1F", 31.0}, {"007", 7.0},
+		// number literals GitHub Actions accepts (B236)
+		{".5", 0.5}, {"+1", 1.0}, {"-.5", -0.5}, {"+.5e1", 5.0}, {"0o17", 15.0}, {"0O7", 7.0},
+		{"1 == +1", true}, {"(.5)", 0.5}, {"format('{0}', .25)", "0.25"},
 		{"'it''s'", "it's"}, {"''", ""},
 		// lookups
 		{"event.branch", "main"},
@@ -156,11 +159,11 @@ func TestEvalErrors(t *testing.T) {
 		{"1 < 'a'", 2, "cannot compare a number with a string using <"},
 		{"env.MISSING < 1", 12, "cannot compare null with a number using <"},
 		{"event > event", 6, "cannot compare an object with an object using >"},
-		{"toJSON(event)", 0, `unknown function "toJSON"`},
+		{"toYAML(event)", 0, `unknown function "toYAML"`},
 		{"contains('a')", 0, "contains() takes 2 arguments, got 1"},
 		{"contains(event, 'a')", 9, "contains() searches a string or an array, not an object"},
 		{"startsWith(event.changed_files, 'a')", 11, "startsWith() compares strings, not an array"},
-		{"format(1)", 7, "format() needs a format string as its first argument, not a number"},
+		{"format(event)", 7, "format() needs a format string as its first argument, not an object"},
 		{"format('{1}', 'a')", 7, "format placeholder {1} has no argument: format() got 1 argument"},
 		{"format('{x}')", 7, "format string has a '{' that does not start a placeholder"},
 		{"format('{99999999}')", 7, "out of range"},

@@ -58,7 +58,8 @@ func parseFormat(f string) ([]fmtPart, int, string) {
 
 // checkFormat checks the argument count against a literal format string.
 func checkFormat(c *checker, n *callNode, args []Type) {
-	if k := args[0].kind(); k != kString && k != kAny {
+	switch args[0].kind() {
+	case kObject, kMap, kArray:
 		c.errorf(n.args[0].at().pos, "format() needs a format string as its first argument, not %s", args[0].article())
 		return
 	}
@@ -66,7 +67,7 @@ func checkFormat(c *checker, n *callNode, args []Type) {
 	if !ok {
 		return
 	}
-	parts, at, msg := parseFormat(lit.val.(string))
+	parts, at, msg := parseFormat(ToString(lit.val))
 	if msg != "" {
 		c.errorf(lit.pos, "%s (at byte %d of the format string)", msg, at)
 		return
@@ -80,9 +81,11 @@ func checkFormat(c *checker, n *callNode, args []Type) {
 }
 
 // evalFormat renders every argument once, computes the result's size and
-// refuses before building it if it would pass MaxStringBytes.
+// refuses before building it if it would pass MaxStringBytes. A format that
+// is not a string is its text, as in GitHub Actions: format(null) is empty,
+// format(true) is 'true'.
 func evalFormat(ev *evaluator, n *callNode, args []any) (any, *Error) {
-	f, ok := args[0].(string)
+	f, ok := scalarText(args[0])
 	if !ok {
 		return nil, errorf(n.args[0].at().pos, "format() needs a format string as its first argument, not %s", kindNames[kindOf(norm(args[0]))])
 	}

@@ -18,6 +18,8 @@ type function struct {
 	result   Type
 	check    func(c *checker, n *callNode, args []Type) // argument types; nil: anything goes
 	eval     func(ev *evaluator, n *callNode, args []any) (any, *Error)
+	// lazy, when set instead of eval, gets the arguments unevaluated (case()).
+	lazy func(ev *evaluator, n *callNode) (any, *Error)
 }
 
 var functions = map[string]*function{}
@@ -65,6 +67,9 @@ func (ev *evaluator) call(n *callNode) (any, *Error) {
 	if len(n.args) < f.min || f.max >= 0 && len(n.args) > f.max {
 		return nil, errorf(n.pos, "%s() takes %s, got %d", f.name, f.arity(), len(n.args))
 	}
+	if f.lazy != nil {
+		return f.lazy(ev, n)
+	}
 	args := make([]any, len(n.args))
 	for i, a := range n.args {
 		v, err := ev.eval(a)
@@ -86,13 +91,13 @@ func scalarText(v any) (string, bool) {
 	return ToString(v), true
 }
 
-// Case-insensitive comparisons lower-case both sides; they read every byte,
-// so each KiB costs a step.
+// Case-insensitive comparisons fold both sides (foldString); they read
+// every byte, so each KiB costs a step.
 func (ev *evaluator) lower(s string, pos int) (string, *Error) {
 	if err := ev.chargeBytes(len(s), pos); err != nil {
 		return "", err
 	}
-	return strings.ToLower(s), nil
+	return foldString(s), nil
 }
 
 func (ev *evaluator) chargeBytes(n, pos int) *Error { return ev.charge(n>>10, pos) }

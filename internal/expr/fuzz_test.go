@@ -26,7 +26,11 @@ var fuzzSeeds = []string{
 	"${{ a",
 	"${{ 'a }} b' }}",
 	"${{ format('{0}{0}', format('{0}{0}', event)) }}",
-	"${{ toJSON(event) }}",
+	"${{ toJSON(event) }} ${{ fromJSON('[1,{\"a\":null}]')[1].a }}",
+	"${{ join(event.changed_files, ', ') }} ${{ join(fromJSON(inputs.n)) }}",
+	"${{ case(event.branch == 'main', 'prod', inputs.n > 2, 'big', 'other') }}",
+	"${{ .5 + +1 }} ${{ 0o17 == -0xFF }} ${{ format(null) }}${{ format(true, 1) }}",
+	"${{ contains('ΟΔΟΣ', 'ς') && !startsWith('İ', 'i') }}",
 	"${{ event.brnch }}",
 	"always()",
 	"${{ success() }}",
@@ -134,12 +138,14 @@ func FuzzParseTemplate(f *testing.F) {
 
 // FuzzEval varies the data as well as the expression: inputs is whatever
 // JSON the fuzzer makes up (or null when it is not JSON).
-// Proves B75 (docs/behaviours.md).
+// Proves B75 and B237 (docs/behaviours.md).
 func FuzzEval(f *testing.F) {
 	f.Add("inputs.a[0] == inputs.b", `{"a":[1,"x",null],"b":1}`)
 	f.Add("contains(inputs, inputs[0])", `[[1],[1]]`)
 	f.Add("format('{0}|{1}', inputs, inputs.x)", `{"x":{"y":[true,false,0.5e-3]}}`)
 	f.Add("inputs.s < inputs.t || startsWith(inputs.s, inputs.t)", `{"s":"ÄB","t":"äb"}`)
+	f.Add("toJSON(fromJSON(toJSON(inputs))) == toJSON(inputs)", `{"b":[1,{"c":"ς"}],"a":null}`)
+	f.Add("join(inputs, inputs[0]) || case(inputs[1], inputs, fromJSON(inputs[2]))", `["-",true,"[{}]"]`)
 	f.Add("inputs == inputs", `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`)
 	f.Fuzz(func(t *testing.T, src, data string) {
 		var inputs any

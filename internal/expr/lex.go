@@ -63,6 +63,7 @@ type lexer struct {
 	src     string
 	pos     int
 	prevDot bool
+	last    tokKind // the kind of the previous token
 }
 
 func isSpace(c byte) bool  { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -78,6 +79,12 @@ func (l *lexer) peekByte(off int) byte {
 }
 
 func (l *lexer) next() (token, *Error) {
+	t, err := l.lex()
+	l.last = t.kind
+	return t, err
+}
+
+func (l *lexer) lex() (token, *Error) {
 	for l.pos < len(l.src) && isSpace(l.src[l.pos]) {
 		l.pos++
 	}
@@ -91,7 +98,7 @@ func (l *lexer) next() (token, *Error) {
 	switch {
 	case isLetter(c):
 		return l.name(afterDot), nil
-	case isDigit(c) || c == '-' && isDigit(l.peekByte(1)):
+	case l.startsNumber():
 		return l.number()
 	case c == '\'':
 		return l.string()
@@ -157,8 +164,8 @@ func (l *lexer) badChar(at int) *Error {
 		return errorf(at, "unexpected '|'; the or operator is '||'")
 	case c == '"':
 		return errorf(at, "unexpected '\"'; strings are in single quotes: 'text'")
-	case c == '-':
-		return errorf(at, "unexpected '-'; there is no arithmetic, and a negative number is written -1")
+	case c == '-' || c == '+':
+		return errorf(at, "unexpected '%c'; there is no arithmetic, and a signed number is written %c1", c, c)
 	case strings.HasPrefix(l.src[at:], "${{"):
 		return errorf(at, "unexpected '${{' inside an expression")
 	case c >= 0x80:
@@ -184,12 +191,34 @@ func (l *lexer) name(afterDot bool) token {
 	return token{kind: kind, pos: start, end: l.pos, text: l.src[start:l.pos]}
 }
 
-// number lexes decimal numbers with an optional fraction and exponent, and
-// 0x hexadecimal integers, each with an optional leading '-'.
+// startsNumber reports whether a number starts here: a digit, or '.', '-'
+// or '+' before one (`.5`, `-1`, `+.5`), as GitHub Actions accepts. After a
+// value, '.' reads a property (`a.1` is a bad property name, not a number).
+func (l *lexer) startsNumber() bool {
+	if l.peekByte(0) == '.' {
+		switch l.last {
+		case tIdent, tProp, tNumber, tString, tRBracket, tRParen:
+			return false
+		}
+	}
+	i := 0
+	if c := l.peekByte(0); c == '-' || c == '+' {
+		i++
+	}
+	if l.peekByte(i) == '.' {
+		i++
+	}
+	return isDigit(l.peekByte(i))
+}
+
+// number lexes decimal numbers (`1`, `.5`, `1.5e3`, with an optional sign)
+// and unsigned 0x hexadecimal and 0o octal integers. A sign before 0x or 0o
+// is refused, as GitHub Actions refuses it (`-0xFF`).
 func (l *lexer) number() (token, *Error) {
 	start := l.pos
-	neg := l.src[l.pos] == '-'
-	if neg {
+	sign := l.peekByte(0)
+	signed := sign == '-' || sign == '+'
+	if signed {
 		l.pos++
 	}
 	digits := func(ok func(byte) bool) int {
@@ -201,20 +230,24 @@ func (l *lexer) number() (token, *Error) {
 		return n
 	}
 	var v float64
-	if l.peekByte(0) == '0' && (l.peekByte(1) == 'x' || l.peekByte(1) == 'X') {
-		l.pos += 2
-		hexStart := l.pos
-		if digits(isHex) == 0 {
-			return token{}, errorf(start, "invalid hex number: '0x' must be followed by hex digits")
+	if base, name := radix(l.peekByte(0), l.peekByte(1)); base != 0 {
+		if signed {
+			return token{}, errorf(start, "%s number cannot have a sign; write it in decimal (-255, not -0xff)", article(name))
 		}
-		u, err := strconv.ParseUint(l.src[hexStart:l.pos], 16, 64)
+		l.pos += 2
+		numStart := l.pos
+		isDigitOf := isHex
+		if base == 8 {
+			isDigitOf = func(c byte) bool { return c >= '0' && c <= '7' }
+		}
+		if digits(isDigitOf) == 0 {
+			return token{}, errorf(start, "invalid %s number: %q must be followed by its digits", name, l.src[start:numStart])
+		}
+		u, err := strconv.ParseUint(l.src[numStart:l.pos], base, 64)
 		if err != nil {
 			return token{}, errorf(start, "number %s is out of range", l.src[start:l.pos])
 		}
 		v = float64(u)
-		if neg {
-			v = -v
-		}
 	} else {
 		digits(isDigit)
 		if l.peekByte(0) == '.' {
@@ -244,6 +277,20 @@ func (l *lexer) number() (token, *Error) {
 	return token{kind: tNumber, pos: start, end: l.pos, num: v}, nil
 }
 
+// radix recognizes the 0x (hexadecimal) and 0o (octal) prefixes.
+func radix(c0, c1 byte) (int, string) {
+	if c0 != '0' {
+		return 0, ""
+	}
+	switch c1 {
+	case 'x', 'X':
+		return 16, "hexadecimal"
+	case 'o', 'O':
+		return 8, "octal"
+	}
+	return 0, ""
+}
+
 // string lexes a single-quoted string; a quote inside is written twice.
 func (l *lexer) string() (token, *Error) {
 	start := l.pos
@@ -263,4 +310,11 @@ func (l *lexer) string() (token, *Error) {
 		l.pos++
 	}
 	return token{kind: tString, pos: start, end: l.pos, str: b.String()}, nil
+}
+
+func article(name string) string {
+	if name == "octal" {
+		return "an " + name
+	}
+	return "a " + name
 }

@@ -8,7 +8,7 @@ import (
 
 func TestParseGood(t *testing.T) {
 	cases := []string{
-		"true", "false", "null", "0", "-1", "1.5", "-0.25e-3", "2E+10", "0x1f", "-0XFF", "007",
+		"true", "false", "null", "0", "-1", "1.5", "-0.25e-3", "2E+10", "0x1f", "0XFF", "007", ".5", "+1", "-.5", "0o17",
 		"'it''s'", "''", "event", "_x9", "event.branch", "needs.build-linux.result",
 		"needs.build-linux-.result", "a.b_c-d.e", "a . b", "a['key']", "a[0]", "a[b.c]", "a[b[c[0]]]",
 		"needs['build (1.26)'].outputs.version", "!a", "!!a", "a || b && c", "(a || b) && c",
@@ -60,7 +60,17 @@ func TestParseBad(t *testing.T) {
 		{"f(a", 1, "'(' is not closed"},
 		{"1abc", 0, "invalid number"},
 		{"1.2.3", 0, "invalid number"},
-		{"0x", 0, "invalid hex number"},
+		{"0x", 0, "invalid hexadecimal number"},
+		// B236: a sign before 0x or 0o is refused, as GitHub Actions refuses it
+		{"-0xFF", 0, "a hexadecimal number cannot have a sign"},
+		{"+0x1", 0, "a hexadecimal number cannot have a sign"},
+		{"-0o17", 0, "an octal number cannot have a sign"},
+		{"0o8", 0, "invalid octal number"},
+		{"0o", 0, "invalid octal number"},
+		{"+", 0, "unexpected '+'"},
+		{"+a", 0, "unexpected '+'"},
+		{"1 + 1", 2, "unexpected '+'"},
+		{"1 +1", 2, "unexpected number"},
 		{"0xfg", 0, "invalid number"},
 		{"1e", 0, "exponent has no digits"},
 		{"1.", 0, "'.' must be followed by digits"},

@@ -61,8 +61,15 @@ type Config struct {
 	// WriteTimeout bounds one frame written to an agent; an agent that
 	// cannot take a frame for that long is disconnected.
 	WriteTimeout time.Duration
-	// MaxMessageBytes is the largest frame read (larger: close 1009).
+	// MaxMessageBytes is the largest frame read once a connection has
+	// authenticated (larger: close 1009); before, it is
+	// MaxUnauthenticatedFrameBytes.
 	MaxMessageBytes int64
+	// MaxUnauthenticated and MaxUnauthenticatedPerAddress bound the
+	// connections that have not authenticated yet, in all and per remote
+	// address; the upgrade of one more is refused with 503.
+	MaxUnauthenticated           int
+	MaxUnauthenticatedPerAddress int
 	// Per-connection token buckets. Agent heartbeats and job heartbeats are
 	// exempt. A connection over a limit is slowed down (its frames are read
 	// later); one over it for longer than RateLimitGrace gets error
@@ -105,6 +112,8 @@ func (c Config) withDefaults() Config {
 	c.BytesPerSecond = cmp.Or(c.BytesPerSecond, DefaultBytesPerSecond)
 	c.ByteBurst = cmp.Or(c.ByteBurst, DefaultByteBurst)
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.MaxUnauthenticated = cmp.Or(c.MaxUnauthenticated, DefaultMaxUnauthenticated)
+	c.MaxUnauthenticatedPerAddress = cmp.Or(c.MaxUnauthenticatedPerAddress, DefaultMaxUnauthenticatedPerAddress)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -145,6 +154,10 @@ func (c Config) validate() error {
 	}
 	if int64(c.ByteBurst) < c.MaxMessageBytes {
 		errs = append(errs, fmt.Errorf("fleet: ByteBurst (%d) is smaller than MaxMessageBytes (%d): a frame of the largest size could never be read", c.ByteBurst, c.MaxMessageBytes))
+	}
+	if c.MaxUnauthenticated < 1 || c.MaxUnauthenticatedPerAddress < 1 || c.MaxUnauthenticatedPerAddress > c.MaxUnauthenticated {
+		errs = append(errs, fmt.Errorf("fleet: MaxUnauthenticatedPerAddress (%d) must be between 1 and MaxUnauthenticated (%d)",
+			c.MaxUnauthenticatedPerAddress, c.MaxUnauthenticated))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, errors.New("fleet: MaxBatch must be at least 1"))

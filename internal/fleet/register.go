@@ -81,6 +81,10 @@ func (c *conn) authenticate(m *proto.Auth) (closeCause, bool) {
 		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
 	}
 	f.reg.authenticated(c, tk)
+	// Authenticated: it may send frames of the configured size, and no
+	// longer counts against the strangers' limits (B102).
+	c.ws.SetReadLimit(f.cfg.MaxMessageBytes)
+	c.unauth.release()
 	if c.closing.Load() {
 		return causeClosed(), false
 	}

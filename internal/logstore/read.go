@@ -3,6 +3,7 @@ package logstore
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,22 +13,39 @@ import (
 
 // Read returns up to limit lines of a step's log with seq > after, in order.
 // A missing log reads as empty. It reads the file as written so far, so it
-// works while the step is live.
+// works while the step is live; with an Archive, it reads the segments
+// shipped there first, so a server without the file (the agent is
+// connected to another) reads the log too.
 func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
 	p, err := s.path(r)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("logstore: %w", err)
-	}
-	defer f.Close()
 	if limit <= 0 {
 		limit = 1000
+	}
+	f, err := os.Open(p)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("logstore: %w", err)
+	}
+	if f != nil {
+		defer f.Close()
+	}
+	var out []Line
+	if s.archive != nil && !startsAtOne(f) {
+		ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
+		defer cancel()
+		var shipped uint64
+		if out, shipped, err = s.readArchive(ctx, r, after, limit, out); err != nil {
+			return nil, err
+		}
+		after = max(after, shipped)
+		if len(out) > 0 {
+			after = max(after, out[len(out)-1].Seq)
+		}
+	}
+	if f == nil || len(out) >= limit {
+		return out, nil
 	}
 	if after > 0 {
 		off, err := seekAfter(f, after)
@@ -38,10 +56,29 @@ func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
 			return nil, fmt.Errorf("logstore: read %s: %w", r, err)
 		}
 	}
-	sc := bufio.NewScanner(f)
+	out, err = scanLines(f, after, limit, out)
+	if err != nil {
+		return out, fmt.Errorf("logstore: read %s: %w", r, err)
+	}
+	return out, nil
+}
+
+// startsAtOne reports whether f holds a step's log from its first line:
+// then it has every line the archive has.
+func startsAtOne(f *os.File) bool {
+	if f == nil {
+		return false
+	}
+	start, seq, ok, err := lineAt(f, 0, 1<<62)
+	return err == nil && ok && start == 0 && seq == 1
+}
+
+// scanLines appends to out the lines of rd with seq > after until out holds
+// limit lines; a line still being written ends the scan.
+func scanLines(rd io.Reader, after uint64, limit int, out []Line) ([]Line, error) {
+	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), tailBytes)
-	var out []Line
-	for sc.Scan() && len(out) < limit {
+	for len(out) < limit && sc.Scan() {
 		b := sc.Bytes()
 		if len(b) == 0 || b[len(b)-1] != '}' {
 			break // a line still being written
@@ -54,11 +91,73 @@ func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
 			out = append(out, l)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("logstore: read %s: %w", r, err)
-	}
-	return out, nil
+	return out, sc.Err()
 }
+
+// Last returns the highest seq stored for a step, from its file or else
+// the archive (0 if none), without opening the step for writing.
+func (s *Store) Last(r Ref) (uint64, error) {
+	s.mu.Lock()
+	e, ok := s.open[r]
+	s.mu.Unlock()
+	if ok {
+		sf := e.Value.(*stepFile)
+		sf.mu.Lock()
+		last, live := sf.last, sf.f != nil
+		sf.mu.Unlock()
+		if live && (s.archive == nil || last > 0) {
+			return last, nil
+		}
+	}
+	p, err := s.path(r)
+	if err != nil {
+		return 0, err
+	}
+	var local uint64
+	if f, err := os.Open(p); err == nil {
+		complete := startsAtOne(f)
+		local, err = tailSeq(f)
+		f.Close()
+		if err != nil {
+			return 0, fmt.Errorf("logstore: %w", err)
+		}
+		if complete {
+			return local, nil
+		}
+	}
+	if s.archive == nil {
+		return local, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
+	defer cancel()
+	shipped, err := s.archivedLast(ctx, r)
+	return max(local, shipped), err
+}
+
+// tailSeq reads the seq of a file's last complete line, reading backwards
+// from the end in growing windows (most lines are short).
+func tailSeq(f *os.File) (uint64, error) {
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return 0, err
+	}
+	for window := int64(4096); ; window *= 4 {
+		off := max(st.Size()-min(window, tailBytes), 0)
+		data := make([]byte, st.Size()-off)
+		if _, err := f.ReadAt(data, off); err != nil && err != io.EOF {
+			return 0, err
+		}
+		end := bytes.LastIndexByte(data, '\n')
+		if off == 0 || window >= tailBytes || (end > 0 && bytes.LastIndexByte(data[:end], '\n') >= 0) {
+			seq, _, err := lastSeq(data)
+			return seq, err
+		}
+	}
+}
+
+// Shared reports whether logs are shipped to an archive that other servers
+// read: a viewer there sees live lines only by reading it again.
+func (s *Store) Shared() bool { return s.archive != nil }
 
 // seekAfter returns the offset of the first line with seq > after (or the
 // file's end). Lines are stored in increasing seq order, so a binary search

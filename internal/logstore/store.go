@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // DefaultMaxOpenFiles bounds the file descriptors the store keeps open.
@@ -22,6 +24,14 @@ type Config struct {
 	Dir          string // where the logs live (created if missing)
 	MaxOpenFiles int
 	Logger       *slog.Logger
+	// Archive, when set, is where step logs are shipped so that every
+	// server sharing the database reads them (Run ships them); nil keeps
+	// them in Dir only.
+	Archive Archive
+	// ShipInterval is how often the new lines of running steps are
+	// shipped to the Archive (what a viewer on another server waits at
+	// most, besides its poll); a finished step's are shipped at once.
+	ShipInterval time.Duration
 }
 
 // Ref names one step attempt's log. Epoch is the job's lease epoch, so a job
@@ -47,6 +57,14 @@ type Store struct {
 	lru   *list.List
 	subMu sync.Mutex
 	subs  map[string]map[*Subscription]struct{}
+
+	archive   Archive
+	shipEvery time.Duration
+	shipMu    sync.Mutex
+	dirty     map[Ref]bool // steps with lines to ship → the step ended
+	shipped   map[Ref]shipState
+	wake      chan struct{}
+	shipBuf   []byte // the shipper's; one segment
 }
 
 type stepFile struct {
@@ -68,14 +86,23 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.ShipInterval <= 0 {
+		cfg.ShipInterval = DefaultShipInterval
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
-	return &Store{
+	s := &Store{
 		dir: cfg.Dir, max: cfg.MaxOpenFiles, logger: cfg.Logger,
 		open: map[Ref]*list.Element{}, lru: list.New(),
-		subs: map[string]map[*Subscription]struct{}{},
-	}, nil
+		subs:    map[string]map[*Subscription]struct{}{},
+		archive: cfg.Archive, shipEvery: cfg.ShipInterval,
+		dirty: map[Ref]bool{}, shipped: map[Ref]shipState{}, wake: make(chan struct{}, 1),
+	}
+	if s.archive != nil {
+		s.shipBuf = make([]byte, segmentBytes)
+	}
+	return s, nil
 }
 
 // validID guards the path: ids come from the store, but a path is never
@@ -148,6 +175,7 @@ func (s *Store) Append(r Ref, lines []Line) (int, error) {
 	sf.last = fresh[len(fresh)-1].Seq
 	s.publish(r, fresh) // under the file's lock, so viewers see a step's batches in order
 	sf.mu.Unlock()
+	s.markDirty(r, false)
 	return len(fresh), nil
 }
 
@@ -239,8 +267,10 @@ func recoverTail(f *os.File) (uint64, error) {
 	return seq, nil
 }
 
-// CloseStep releases the file of a finished step.
+// CloseStep releases the file of a finished step (and ships what is left
+// of it to the archive at once).
 func (s *Store) CloseStep(r Ref) {
+	defer s.markDirty(r, true)
 	s.mu.Lock()
 	e, ok := s.open[r]
 	if ok {
@@ -286,26 +316,35 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Steps lists the step logs of a job's attempt (lease epoch), sorted.
+// Steps lists the step logs of a job's attempt (lease epoch), sorted: the
+// files here and, with an Archive, the steps shipped there.
 func (s *Store) Steps(runID, jobID string, epoch int64) ([]int, error) {
 	d, err := s.jobDir(runID, jobID)
 	if err != nil {
 		return nil, err
 	}
+	set := map[int]bool{}
 	ents, err := os.ReadDir(filepath.Join(d, "e"+strconv.FormatInt(epoch, 10)))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
-	var steps []int
 	for _, e := range ents {
 		if n, ok := strings.CutSuffix(e.Name(), ".jsonl"); ok {
 			if i, err := strconv.Atoi(n); err == nil {
-				steps = append(steps, i)
+				set[i] = true
 			}
 		}
+	}
+	if s.archive != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
+		defer cancel()
+		if err := s.archivedSteps(ctx, runID, jobID, epoch, set); err != nil {
+			return nil, err
+		}
+	}
+	steps := make([]int, 0, len(set))
+	for i := range set {
+		steps = append(steps, i)
 	}
 	sort.Ints(steps)
 	return steps, nil

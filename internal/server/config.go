@@ -38,6 +38,7 @@ type Config struct {
 	LocalAgents int    `yaml:"local_agents" doc:"agent processes the server starts on its own host (labels local, OS, arch); 0 turns them off"`
 
 	Log      LogConfig      `yaml:"log"`
+	HTTP     HTTPConfig     `yaml:"http"`
 	Agents   AgentsConfig   `yaml:"agents"`
 	Queue    QueueConfig    `yaml:"queue"`
 	Webhooks WebhooksConfig `yaml:"webhooks"`
@@ -52,6 +53,26 @@ type LogConfig struct {
 	Format string `yaml:"format" doc:"text or json"`
 }
 
+// HTTPConfig bounds how long a client may hold the HTTP server's
+// resources: every request's headers and body, idle keep-alive
+// connections, and each write of a response. Streamed responses (log
+// follows) and agent connections at /ws take write_timeout per write and
+// clear read_timeout, which would otherwise end them.
+type HTTPConfig struct {
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" doc:"a request's headers must arrive within this"`
+	ReadTimeout       time.Duration `yaml:"read_timeout" doc:"a request's headers and body must arrive within this (a slower webhook is cut off)"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout" doc:"a keep-alive connection idle this long is closed"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"a response (or each write of a streamed one) must be taken by the client within this"`
+}
+
+// The HTTP server's default timeouts (docs/configuration.md).
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultWriteTimeout      = 30 * time.Second
+)
+
 // AgentsConfig holds every timing and limit of the agent protocol.
 type AgentsConfig struct {
 	AuthTimeout          time.Duration `yaml:"auth_timeout" doc:"an agent must authenticate this soon after connecting"`
@@ -63,7 +84,9 @@ type AgentsConfig struct {
 	StaleAfter           time.Duration `yaml:"stale_after" doc:"a running job without a job heartbeat this long is timed_out_stale"`
 	AckTimeout           time.Duration `yaml:"ack_timeout" doc:"an agent must acknowledge a dispatched job this soon, else the job is requeued"`
 	RecoveryWindow       time.Duration `yaml:"recovery_window" doc:"how long a started job waits for its lost agent to reconnect"`
-	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent"`
+	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent once it has authenticated (4 KiB before)"`
+	MaxUnauthenticated   int           `yaml:"max_unauthenticated" doc:"agent connections that have not authenticated yet, in all; one more is refused with 503"`
+	MaxUnauthPerAddress  int           `yaml:"max_unauthenticated_per_address" doc:"agent connections that have not authenticated yet from one remote address"`
 	MessagesPerSecond    int           `yaml:"messages_per_second" doc:"sustained frames per second per agent before it is throttled (heartbeats exempt)"`
 	BytesPerSecond       int           `yaml:"bytes_per_second" doc:"sustained bytes per second per agent before it is throttled"`
 }
@@ -124,6 +147,10 @@ func DefaultConfig() Config {
 		DataDir:     "kiln-data",
 		LocalAgents: 1,
 		Log:         LogConfig{Level: "info", Format: "text"},
+		HTTP: HTTPConfig{
+			ReadHeaderTimeout: DefaultReadHeaderTimeout, ReadTimeout: DefaultReadTimeout,
+			IdleTimeout: DefaultIdleTimeout, WriteTimeout: DefaultWriteTimeout,
+		},
 		Agents: AgentsConfig{
 			AuthTimeout:          proto.DefaultAuthTimeout,
 			RegisterTimeout:      proto.DefaultRegisterTimeout,
@@ -135,6 +162,8 @@ func DefaultConfig() Config {
 			AckTimeout:           store.DefaultAckTimeout,
 			RecoveryWindow:       store.DefaultRecoveryWindow,
 			MaxMessageBytes:      proto.MaxFrameBytes,
+			MaxUnauthenticated:   fleet.DefaultMaxUnauthenticated,
+			MaxUnauthPerAddress:  fleet.DefaultMaxUnauthenticatedPerAddress,
 			MessagesPerSecond:    fleet.DefaultMessagesPerSecond,
 			BytesPerSecond:       fleet.DefaultBytesPerSecond,
 		},
@@ -166,17 +195,25 @@ func DefaultConfig() Config {
 }
 
 // LoadFile overlays a YAML file onto c. Unknown keys are errors, so a typo
-// never silently leaves a default in place.
+// never silently leaves a default in place; each error names the dotted key
+// and its line, and suggests the key probably meant (checkYAML).
 func (c *Config) LoadFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("config %s: %w", path, decodeError(err))
+	}
+	if errs := checkYAML(&doc); len(errs) > 0 {
+		return fmt.Errorf("config %s: %w", path, errors.Join(errs...))
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// An empty file is an empty configuration.
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("config %s: %w", path, decodeError(err))
 	}
 	return nil
 }
@@ -211,7 +248,17 @@ func (c *Config) Set(key, raw string) error {
 		return fmt.Errorf("%s: %w", key, err)
 	}
 	if !found {
-		return fmt.Errorf("unknown configuration key %q", key)
+		name, prefix := key, ""
+		if i := strings.LastIndexByte(key, '.'); i >= 0 {
+			name, prefix = key[i+1:], key[:i+1]
+		}
+		var siblings []string
+		for _, k := range allKeys() {
+			if rest, ok := strings.CutPrefix(k, prefix); ok && !strings.Contains(rest, ".") {
+				siblings = append(siblings, rest)
+			}
+		}
+		return fmt.Errorf("unknown configuration key %q%s", key, closestKey(name, prefix, siblings, allKeys()))
 	}
 	return nil
 }
@@ -316,6 +363,8 @@ func (c *Config) Validate() error {
 		key string
 		v   time.Duration
 	}{
+		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout}, {"http.read_timeout", c.HTTP.ReadTimeout},
+		{"http.idle_timeout", c.HTTP.IdleTimeout}, {"http.write_timeout", c.HTTP.WriteTimeout},
 		{"agents.auth_timeout", a.AuthTimeout}, {"agents.register_timeout", a.RegisterTimeout},
 		{"agents.heartbeat_interval", a.HeartbeatInterval}, {"agents.unhealthy_after", a.UnhealthyAfter},
 		{"agents.drop_after", a.DropAfter}, {"agents.job_heartbeat_interval", a.JobHeartbeatInterval},
@@ -330,6 +379,9 @@ func (c *Config) Validate() error {
 			add("%s must be positive, got %s", d.key, d.v)
 		}
 	}
+	if c.HTTP.ReadTimeout < c.HTTP.ReadHeaderTimeout {
+		add("http.read_timeout (%s) must not be shorter than http.read_header_timeout (%s): it includes the headers", c.HTTP.ReadTimeout, c.HTTP.ReadHeaderTimeout)
+	}
 	if a.DropAfter <= a.HeartbeatInterval {
 		add("agents.drop_after (%s) must be longer than agents.heartbeat_interval (%s)", a.DropAfter, a.HeartbeatInterval)
 	}
@@ -338,6 +390,9 @@ func (c *Config) Validate() error {
 	}
 	if a.MaxMessageBytes < 64<<10 {
 		add("agents.max_message_bytes must be at least 65536, got %d", a.MaxMessageBytes)
+	}
+	if a.MaxUnauthenticated < 1 || a.MaxUnauthPerAddress < 1 || a.MaxUnauthPerAddress > a.MaxUnauthenticated {
+		add("agents.max_unauthenticated_per_address (%d) must be at least 1 and at most agents.max_unauthenticated (%d)", a.MaxUnauthPerAddress, a.MaxUnauthenticated)
 	}
 	if a.MessagesPerSecond < 1 || a.BytesPerSecond < 1 {
 		add("agents.messages_per_second and agents.bytes_per_second must be positive")

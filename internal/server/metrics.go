@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -45,16 +44,14 @@ type metricsListener struct {
 	srv *http.Server
 }
 
-func listenMetrics(addr string, m *metrics.Metrics, log *slog.Logger) (*metricsListener, error) {
+func listenMetrics(addr string, hc HTTPConfig, m *metrics.Metrics, log *slog.Logger) (*metricsListener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics.listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	return &metricsListener{ln: ln, srv: &http.Server{
-		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}}, nil
+	return &metricsListener{ln: ln, srv: newHTTPServer(hc, mux, log)}, nil
 }
 
 // Run serves until ctx ends.

@@ -95,14 +95,16 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	defer db.Close()
-	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, "logs"), Logger: log})
+	blobs, err := openStorage(ctx, cfg, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, "logs"), Logger: log.With("part", "logs"),
+		Archive: logArchive(cfg, blobs)})
 	if err != nil {
 		return err
 	}
 	defer logs.Close()
-	if _, err := openStorage(ctx, cfg, os.Getenv, log); err != nil { // wired to caches, artifacts and logs later
-		return err
-	}
 	admin, err := bootstrapAdmin(ctx, db, cfg, opts.Out)
 	if err != nil {
 		return err
@@ -144,7 +146,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", metricsOnMain(db, met, log))
 	}
-	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log}); err != nil {
+	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout}); err != nil {
 		return err
 	}
 
@@ -155,7 +157,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
 	var metricsLn *metricsListener
 	if cfg.Metrics.Listen != "" {
-		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, met, log); err != nil {
+		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, cfg.HTTP, met, log); err != nil {
 			ln.Close()
 			return err
 		}
@@ -165,10 +167,8 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
 	baseCtx, endRequests := context.WithCancel(context.Background())
 	defer endRequests()
-	srv := &http.Server{
-		Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext: func(net.Listener) context.Context { return baseCtx },
-	}
+	srv := newHTTPServer(cfg.HTTP, mux, log)
+	srv.BaseContext = func(net.Listener) context.Context { return baseCtx }
 	s := &Server{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), AdminToken: admin,
 		DB: db, Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs, Metrics: met,
@@ -176,6 +176,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
 		"startup", time.Since(started).Round(time.Millisecond))
+	fmt.Fprint(opts.Out, cliHint(s.Addr))
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -186,6 +187,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return scheduler.Run(gctx) })
 	g.Go(func() error { return met.Run(gctx) })
+	g.Go(func() error { return logs.Run(gctx) })
 	if metricsLn != nil {
 		g.Go(func() error { return metricsLn.Run(gctx) })
 	}
@@ -214,6 +216,23 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	log.Info("kiln server stopped")
 	return err
 }
+
+// newHTTPServer is an HTTP server with the configured timeouts: a client
+// holds a connection only as long as its headers, body, idle keep-alive and
+// each response take (B101). WriteTimeout is a deadline for a whole
+// ordinary response; the streaming handlers (the log follow, /ws) replace
+// it with a deadline per write and clear the read deadline.
+func newHTTPServer(c HTTPConfig, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler: h, ReadHeaderTimeout: c.ReadHeaderTimeout, ReadTimeout: c.ReadTimeout,
+		IdleTimeout: c.IdleTimeout, WriteTimeout: c.WriteTimeout, MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// maxHeaderBytes bounds a request's headers (net/http's default is 1 MiB;
+// no client of kiln sends more than a few KiB).
+const maxHeaderBytes = 64 << 10
 
 // databaseURL is the store's URL: cfg.Database, or SQLite in the data
 // directory.
@@ -246,7 +265,17 @@ func newLogger(w io.Writer, c LogConfig) *slog.Logger {
 	_ = level.UnmarshalText([]byte(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "json" {
+		opts.ReplaceAttr = durationText
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationText writes a duration in the JSON log as text ("735ms") rather
+// than as nanoseconds, as the text log does.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/storage"
 	"github.com/kilnci/kiln/internal/storage/fs"
 	"github.com/kilnci/kiln/internal/storage/s3"
@@ -50,4 +51,15 @@ func openStorage(ctx context.Context, cfg Config, getenv func(string) string, lo
 		log.Warn("the S3 bucket cannot be reached or used yet; storage fails until it can", "error", err)
 	}
 	return b, nil
+}
+
+// logArchive is where step logs are shipped: a shared (S3) backend, so
+// every server on the database reads them. The filesystem backend is this
+// server's alone, and its logs directory already is that: nothing is
+// shipped (docs/storage.md).
+func logArchive(cfg Config, b storage.Backend) logstore.Archive {
+	if cfg.Storage.Backend != "s3" {
+		return nil
+	}
+	return b
 }

@@ -21,7 +21,8 @@ func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Con
 		HeartbeatInterval: a.HeartbeatInterval, JobHeartbeatInterval: a.JobHeartbeatInterval,
 		UnhealthyAfter: a.UnhealthyAfter, DropAfter: a.DropAfter,
 		SweepInterval: cfg.Queue.SweepInterval, RedriveInterval: cfg.Queue.RedriveInterval,
-		MaxMessageBytes:   int64(a.MaxMessageBytes),
+		MaxMessageBytes:    int64(a.MaxMessageBytes),
+		MaxUnauthenticated: a.MaxUnauthenticated, MaxUnauthenticatedPerAddress: a.MaxUnauthPerAddress,
 		MessagesPerSecond: float64(a.MessagesPerSecond), BytesPerSecond: float64(a.BytesPerSecond),
 		SoleCoordinator: cfg.Database == "",
 		Clock:           clock, Logger: log.With("part", "fleet"),
@@ -36,13 +37,15 @@ type apiDeps struct {
 	sources *ingress.Sources
 	logs    *logstore.Store
 	log     *slog.Logger
+	// writeTimeout is http.write_timeout, taken per write by log follows.
+	writeTimeout time.Duration
 }
 
 // mountAPI puts the REST API, /health and /ready on mux.
 func mountAPI(mux *http.ServeMux, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet},
-	}, api.Config{Logger: d.log.With("part", "api")})
+	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,8 @@ type Harness struct {
 	Client  *api.Client
 	Repo    string // the local source's git repository
 	Server  *httptest.Server
+	archive logstore.Archive
+	cfg     api.Config
 }
 
 // Option adjusts the API's Config.
@@ -77,6 +79,12 @@ type Option func(*api.Config)
 // engine's Releaser (storetest.ReleaseWith(engine.Release)). No fleet runs:
 // jobs stay queued.
 func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
+	return NewShared(t, db, nil, opts...)
+}
+
+// NewShared is New with step logs shipped to archive (nil: none), as a
+// server on S3 storage ships them; Peer adds another server reading it.
+func NewShared(t testing.TB, db *store.DB, archive logstore.Archive, opts ...Option) *Harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	eng := engine.New(db, nil, engine.Config{})
@@ -84,7 +92,7 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = proc.Run(ctx) }()
-	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(t.TempDir(), "logs")})
+	logs, err := openLogs(t, ctx, &wg, archive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +126,7 @@ func New(t testing.TB, db *store.DB, opts ...Option) *Harness {
 		t.Fatal(err)
 	}
 	hs := &Harness{URL: srv.URL, Token: token, DB: db, Engine: eng, Ingress: proc, Logs: logs,
-		Fleet: fleet, Client: client, Server: srv}
+		Fleet: fleet, Client: client, Server: srv, archive: archive, cfg: cfg}
 	hs.Repo = newRepo(t)
 	src := forge.Source{Name: SourceName, Kind: kiln.SourceLocal, Local: &forge.LocalConfig{Path: hs.Repo}}
 	if _, err := client.AddSource(ctx, src); err != nil {
@@ -351,4 +359,49 @@ func (h *Harness) AutoAgent(t testing.TB, outcome func(job string) kiln.JobStatu
 			}
 		}
 	}()
+}
+
+// openLogs opens a log store in a temporary directory; with an archive,
+// its shipper runs until ctx ends.
+func openLogs(t testing.TB, ctx context.Context, wg *sync.WaitGroup, archive logstore.Archive) (*logstore.Store, error) {
+	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(t.TempDir(), "logs"), Archive: archive,
+		ShipInterval: 20 * time.Millisecond})
+	if err != nil || archive == nil {
+		return logs, err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = logs.Run(ctx) }()
+	return logs, nil
+}
+
+// Peer starts another API server on the harness's database and archive
+// with a log store of its own, as a second kiln server would be: it has no
+// file of the logs the harness stores. It returns a client of it.
+func (h *Harness) Peer(t testing.TB) *api.Client {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	logs, err := openLogs(t, ctx, &wg, h.archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := api.New(api.Deps{DB: h.DB, Engine: h.Engine, Ingress: h.Ingress, Logs: logs, Fleet: h.Fleet,
+		CredentialWarnings: loopbackWarnings}, h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(a)
+	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	srv.Start()
+	t.Cleanup(func() {
+		cancel()
+		srv.Close()
+		wg.Wait()
+		logs.Close()
+	})
+	client, err := api.NewClient(srv.URL, h.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
