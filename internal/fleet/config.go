@@ -51,6 +51,12 @@ type Config struct {
 	// (close 4004).
 	UnhealthyAfter time.Duration
 	DropAfter      time.Duration
+	// RecoveryWindow is the store's (store.Config.RecoveryWindow), and
+	// LeaseMargin what the agents subtract from their lease: register.ack
+	// sends all three, and each agent stops its jobs once it has not heard
+	// from a coordinator for proto.AgentLease of them (B126).
+	RecoveryWindow time.Duration
+	LeaseMargin    time.Duration
 	// SweepInterval is how often the monitor runs: heartbeat checks, the
 	// ack, recovery and stale sweeps, buffered job heartbeats. It bounds
 	// how late a deadline is noticed.
@@ -102,6 +108,8 @@ func (c Config) withDefaults() Config {
 	c.JobHeartbeatInterval = cmp.Or(c.JobHeartbeatInterval, proto.DefaultJobHeartbeatInterval)
 	c.UnhealthyAfter = cmp.Or(c.UnhealthyAfter, proto.DefaultUnhealthyAfter)
 	c.DropAfter = cmp.Or(c.DropAfter, proto.DefaultDropAfter)
+	c.RecoveryWindow = cmp.Or(c.RecoveryWindow, proto.DefaultRecoveryWindow)
+	c.LeaseMargin = cmp.Or(c.LeaseMargin, proto.DefaultLeaseMargin)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	c.RedriveInterval = cmp.Or(c.RedriveInterval, DefaultRedriveInterval)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
@@ -132,6 +140,7 @@ func (c Config) validate() error {
 		{"AuthTimeout", c.AuthTimeout}, {"RegisterTimeout", c.RegisterTimeout},
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"JobHeartbeatInterval", c.JobHeartbeatInterval},
 		{"UnhealthyAfter", c.UnhealthyAfter}, {"DropAfter", c.DropAfter},
+		{"RecoveryWindow", c.RecoveryWindow}, {"LeaseMargin", c.LeaseMargin},
 		{"SweepInterval", c.SweepInterval}, {"RedriveInterval", c.RedriveInterval},
 		{"WriteTimeout", c.WriteTimeout}, {"RateLimitGrace", c.RateLimitGrace},
 	} {

@@ -84,6 +84,7 @@ type AgentsConfig struct {
 	StaleAfter           time.Duration `yaml:"stale_after" doc:"a running job without a job heartbeat this long is timed_out_stale"`
 	AckTimeout           time.Duration `yaml:"ack_timeout" doc:"an agent must acknowledge a dispatched job this soon, else the job is requeued"`
 	RecoveryWindow       time.Duration `yaml:"recovery_window" doc:"how long a started job waits for its lost agent to reconnect"`
+	LeaseMargin          time.Duration `yaml:"lease_margin" doc:"an agent stops its jobs this long before the orchestrator could give them to another (see docs/faults.md)"`
 	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent once it has authenticated (4 KiB before)"`
 	MaxUnauthenticated   int           `yaml:"max_unauthenticated" doc:"agent connections that have not authenticated yet, in all; one more is refused with 503"`
 	MaxUnauthPerAddress  int           `yaml:"max_unauthenticated_per_address" doc:"agent connections that have not authenticated yet from one remote address"`
@@ -161,6 +162,7 @@ func DefaultConfig() Config {
 			StaleAfter:           store.DefaultStaleAfter,
 			AckTimeout:           store.DefaultAckTimeout,
 			RecoveryWindow:       store.DefaultRecoveryWindow,
+			LeaseMargin:          proto.DefaultLeaseMargin,
 			MaxMessageBytes:      proto.MaxFrameBytes,
 			MaxUnauthenticated:   fleet.DefaultMaxUnauthenticated,
 			MaxUnauthPerAddress:  fleet.DefaultMaxUnauthenticatedPerAddress,
@@ -369,7 +371,8 @@ func (c *Config) Validate() error {
 		{"agents.heartbeat_interval", a.HeartbeatInterval}, {"agents.unhealthy_after", a.UnhealthyAfter},
 		{"agents.drop_after", a.DropAfter}, {"agents.job_heartbeat_interval", a.JobHeartbeatInterval},
 		{"agents.stale_after", a.StaleAfter}, {"agents.ack_timeout", a.AckTimeout},
-		{"agents.recovery_window", a.RecoveryWindow}, {"queue.sweep_interval", c.Queue.SweepInterval},
+		{"agents.recovery_window", a.RecoveryWindow}, {"agents.lease_margin", a.LeaseMargin},
+		{"queue.sweep_interval", c.Queue.SweepInterval},
 		{"queue.redrive_interval", c.Queue.RedriveInterval}, {"queue.unroutable_grace", c.Queue.UnroutableGrace},
 		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"webhooks.claim_lease", c.Webhooks.ClaimLease},
 		{"runs.cancel_grace", c.Runs.CancelGrace},
@@ -384,6 +387,13 @@ func (c *Config) Validate() error {
 	}
 	if a.DropAfter <= a.HeartbeatInterval {
 		add("agents.drop_after (%s) must be longer than agents.heartbeat_interval (%s)", a.DropAfter, a.HeartbeatInterval)
+	}
+	if a.RecoveryWindow <= a.LeaseMargin+2*a.HeartbeatInterval {
+		// An agent that lost its connection keeps its jobs for the window
+		// minus the margin after its last answered heartbeat, and needs a
+		// heartbeat and a ping's wait to notice the loss (B126).
+		add("agents.recovery_window (%s) must be longer than agents.lease_margin (%s) plus twice agents.heartbeat_interval (%s)",
+			a.RecoveryWindow, a.LeaseMargin, a.HeartbeatInterval)
 	}
 	if a.StaleAfter <= a.JobHeartbeatInterval {
 		add("agents.stale_after (%s) must be longer than agents.job_heartbeat_interval (%s)", a.StaleAfter, a.JobHeartbeatInterval)

@@ -20,6 +20,7 @@ func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Con
 		AuthTimeout: a.AuthTimeout, RegisterTimeout: a.RegisterTimeout,
 		HeartbeatInterval: a.HeartbeatInterval, JobHeartbeatInterval: a.JobHeartbeatInterval,
 		UnhealthyAfter: a.UnhealthyAfter, DropAfter: a.DropAfter,
+		RecoveryWindow: a.RecoveryWindow, LeaseMargin: a.LeaseMargin,
 		SweepInterval: cfg.Queue.SweepInterval, RedriveInterval: cfg.Queue.RedriveInterval,
 		MaxMessageBytes:    int64(a.MaxMessageBytes),
 		MaxUnauthenticated: a.MaxUnauthenticated, MaxUnauthenticatedPerAddress: a.MaxUnauthPerAddress,
