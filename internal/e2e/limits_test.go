@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -300,5 +303,111 @@ func TestUnauthenticatedWebSocketsAreCappedPerAddressAndInAll(t *testing.T) {
 	}
 	if got := metricValue(t, s, "kiln_agent_unauthenticated_refused_total"); got != 2 {
 		t.Fatalf("kiln_agent_unauthenticated_refused_total = %v, want 2", got)
+	}
+}
+
+// postHook sends a signed delivery to the generic source and returns the
+// status.
+func postHook(t testing.TB, s *kilnServer, hook, id string, body []byte) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.URL+hook, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Event-Type", "push")
+	req.Header.Set("X-Delivery-ID", id)
+	req.Header.Set(forge.DefaultSignatureHeader, forge.Sign([]byte(hookSecret), body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("post %s: %v", id, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// partialHook starts a delivery declaring declared bytes, sends sent of
+// them, and leaves the request open; it returns once the server has read
+// what was sent (the writes went through).
+func partialHook(t testing.TB, s *kilnServer, hook string, declared, sent int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: kiln\r\nContent-Type: application/json\r\nX-Event-Type: push\r\n"+
+		"X-Signature-256: sha256=%s\r\nContent-Length: %d\r\n\r\n", hook, strings.Repeat("0", 64), declared)
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Minute))
+	for n := 0; n < sent; n += len(chunk) {
+		if _, err := conn.Write(chunk[:min(len(chunk), sent-n)]); err != nil {
+			t.Fatalf("the server stopped reading a partial body: %v", err)
+		}
+	}
+	return conn
+}
+
+// Twenty strangers each send 16 MiB of a 20 MiB webhook body and stop.
+// Before its signature is checked a body is held in memory only up to
+// webhooks.in_memory_bytes; the rest waits in an unlinked file under
+// data_dir/tmp, so the server's heap barely grows, and a genuine delivery
+// larger than that bound is still verified and accepted meanwhile.
+//
+// B103: unverified webhook bodies hold bounded memory.
+func TestSlowWebhookBodiesAreSpooledNotHeldInMemory(t *testing.T) {
+	s := startServer(t)
+	hook := addHookSource(t, s)
+	before := heapInUse(t, s)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { partialHook(t, s, hook, 20<<20, 16<<20) })
+	}
+	wg.Wait()
+	waittest.UntilState(t, 30*time.Second, "the server to read the twenty bodies", func() (bool, string) {
+		n := s.Ingress.Unverified()
+		return n == 20, fmt.Sprint(n, " bodies being read")
+	})
+	grown := heapInUse(t, s) - before
+	t.Logf("the server's heap grew by %.1f MiB under 20 partial 16 MiB bodies", grown/(1<<20))
+	if grown > 48<<20 {
+		t.Fatalf("the server's heap grew by %.0f MiB while strangers sent partial bodies", grown/(1<<20))
+	}
+	if ents, err := os.ReadDir(filepath.Join(s.Config.DataDir, "tmp")); err != nil || len(ents) != 0 {
+		t.Fatalf("data_dir/tmp lists %d files (%v); spooled bodies are unlinked", len(ents), err)
+	}
+	big := []byte(`{"event":"push","pad":"` + strings.Repeat("p", 1<<20) + `"}`)
+	if code := postHook(t, s, hook, "genuine-1", big); code != http.StatusAccepted {
+		t.Fatalf("a genuine 1 MiB delivery got %d, want 202", code)
+	}
+}
+
+// When webhooks.max_unverified bodies are being read, another delivery
+// waits for a slot, then gets 503 without its body being read; once the
+// slow one is cut off by the read timeout, deliveries are accepted again.
+//
+// B103: unverified webhook bodies hold bounded memory.
+func TestWebhooksBeyondTheUnverifiedCapGet503(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) {
+		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout = time.Second, 4*time.Second
+		c.Webhooks.MaxUnverified = 1
+	})
+	hook := addHookSource(t, s)
+	slow := partialHook(t, s, hook, 1<<20, 1000)
+	waittest.UntilState(t, 10*time.Second, "the slow body to hold the slot", func() (bool, string) {
+		return s.Ingress.Unverified() == 1, ""
+	})
+	body := []byte(`{"event":"push"}`)
+	if code := postHook(t, s, hook, "waits", body); code != http.StatusServiceUnavailable {
+		t.Fatalf("a delivery beyond the cap got %d, want 503", code)
+	}
+	closedByServer(t, slow, 20*time.Second, "the slow body")
+	waittest.UntilState(t, 10*time.Second, "the slot to be free", func() (bool, string) {
+		return s.Ingress.Unverified() == 0, ""
+	})
+	if code := postHook(t, s, hook, "after", body); code != http.StatusAccepted {
+		t.Fatalf("a delivery after the slow one was cut off got %d, want 202", code)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
+	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/metrics"
 	"github.com/kilnci/kiln/internal/proto"
@@ -103,9 +104,11 @@ type QueueConfig struct {
 
 // WebhooksConfig configures ingress.
 type WebhooksConfig struct {
-	MaxBodyBytes int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
-	DedupTTL     time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
-	ClaimLease   time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
+	MaxBodyBytes  int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
+	MaxUnverified int           `yaml:"max_unverified" doc:"webhook bodies read at once before their signature is checked; more wait, then get 503"`
+	InMemoryBytes int64         `yaml:"in_memory_bytes" doc:"how much of an unverified webhook body is held in memory; the rest is spooled to data_dir/tmp"`
+	DedupTTL      time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
+	ClaimLease    time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
 }
 
 // RunsConfig configures runs.
@@ -177,9 +180,11 @@ func DefaultConfig() Config {
 			RedriveInterval: fleet.DefaultRedriveInterval,
 		},
 		Webhooks: WebhooksConfig{
-			MaxBodyBytes: ingress.DefaultMaxBodyBytes,
-			DedupTTL:     store.DefaultDedupTTL,
-			ClaimLease:   ingress.DefaultClaimLease,
+			MaxBodyBytes:  ingress.DefaultMaxBodyBytes,
+			MaxUnverified: ingress.DefaultMaxUnverified,
+			InMemoryBytes: forge.DefaultInMemoryBody,
+			DedupTTL:      store.DefaultDedupTTL,
+			ClaimLease:    ingress.DefaultClaimLease,
 		},
 		Runs: RunsConfig{
 			CancelGrace:      engine.DefaultCancelGrace,
@@ -415,6 +420,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Webhooks.MaxBodyBytes < 1<<10 {
 		add("webhooks.max_body_bytes must be at least 1024, got %d", c.Webhooks.MaxBodyBytes)
+	}
+	if c.Webhooks.MaxUnverified < 1 {
+		add("webhooks.max_unverified must be at least 1, got %d", c.Webhooks.MaxUnverified)
+	}
+	if c.Webhooks.InMemoryBytes < 4<<10 || c.Webhooks.InMemoryBytes > 16<<20 {
+		add("webhooks.in_memory_bytes must be between 4096 and 16777216, got %d", c.Webhooks.InMemoryBytes)
 	}
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
