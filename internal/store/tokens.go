@@ -67,10 +67,10 @@ type AgentTokenSpec struct {
 	Mandatory kiln.Labels
 	ExpiresAt time.Time // zero: never
 	SingleUse bool      // consumed by its first authentication
-	// AgentID, when set, binds the token to one agent id: it registers
-	// that id and no other (a scaler's ephemeral agents).
-	AgentID   string
 	CreatedBy string
+	// AgentID, when set, binds the token to one agent id: only an agent
+	// registering with that id may use it (a scaler's ephemeral token).
+	AgentID string
 }
 
 // AgentToken is a stored agent token (never the secret).
@@ -81,26 +81,24 @@ type AgentToken struct {
 	Labels     kiln.Labels // nil: not scoped
 	Mandatory  kiln.Labels
 	SingleUse  bool
-	AgentID    string // "": any agent id
 	CreatedBy  string
 	CreatedAt  time.Time
 	ExpiresAt  time.Time
 	RevokedAt  time.Time
 	ConsumedAt time.Time
 	LastUsedAt time.Time
+	AgentID    string // "": any agent id
 }
 
-const agentTokenCols = `id, prefix, name, labels, mandatory, single_use, created_by, created_at, expires_at, revoked_at, consumed_at, last_used_at, agent_id`
+const agentTokenCols = `id, prefix, name, labels, mandatory, single_use, created_by, created_at, expires_at, revoked_at, consumed_at, last_used_at, COALESCE(agent_id, '')`
 
 func scanAgentToken(r interface{ Scan(...any) error }) (AgentToken, error) {
 	var tk AgentToken
 	var labels sql.NullString
 	var mandatory string
 	var created, expires, revoked, consumed, used sql.NullInt64
-	var agentID sql.NullString
 	err := r.Scan(&tk.ID, &tk.Prefix, &tk.Name, &labels, &mandatory, &tk.SingleUse, &tk.CreatedBy,
-		&created, &expires, &revoked, &consumed, &used, &agentID)
-	tk.AgentID = agentID.String
+		&created, &expires, &revoked, &consumed, &used, &tk.AgentID)
 	if labels.Valid {
 		tk.Labels = kiln.ParseLabelsKey(labels.String)
 	}
@@ -126,19 +124,20 @@ func (a Auth) CreateAgentToken(ctx context.Context, spec AgentTokenSpec) (AgentT
 	if err != nil {
 		return AgentToken{}, "", err
 	}
-	var labels, agentID any
+	var labels any
 	if spec.Labels != nil {
 		labels = kiln.NewLabels(spec.Labels...).Key()
 	}
+	var boundTo any
 	if spec.AgentID != "" {
-		agentID = spec.AgentID
+		boundTo = spec.AgentID
 	}
 	var tk AgentToken
 	err = a.h.write(ctx, func(t *txn) error {
 		tk, err = scanAgentToken(t.queryRow(ctx, `INSERT INTO agent_tokens (id, hash, prefix, name, labels, mandatory, single_use,
 			created_by, created_at, expires_at, agent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+agentTokenCols,
 			id, HashToken(secret), displayPrefix(secret, AgentTokenPrefix), spec.Name, labels,
-			kiln.NewLabels(spec.Mandatory...).Key(), boolInt(spec.SingleUse), spec.CreatedBy, ms(t.now), nullMS(spec.ExpiresAt), agentID))
+			kiln.NewLabels(spec.Mandatory...).Key(), boolInt(spec.SingleUse), spec.CreatedBy, ms(t.now), nullMS(spec.ExpiresAt), boundTo))
 		return err
 	})
 	if err != nil {
@@ -202,7 +201,8 @@ func (a Auth) VerifyAgentToken(ctx context.Context, secret string) (AgentToken, 
 // and from then on admits only the agent that registration recorded (the
 // agents row with this token_id), so an ephemeral agent can reconnect after a
 // blip but no other agent can use its token; a token bound to an agent id
-// (AgentID) registers that id only. Anything else is ErrUnauthorized.
+// (AgentTokenSpec.AgentID) admits that id only. Anything else is
+// ErrUnauthorized.
 func (a Auth) ClaimAgentToken(ctx context.Context, tokenID, agentID string) (AgentToken, error) {
 	var tk AgentToken
 	err := a.h.write(ctx, func(t *txn) error {

@@ -4,6 +4,3 @@
 -- the next registration binds them).
 ALTER TABLE agents ADD COLUMN secret_hash TEXT;
 
--- An agent token may be bound to one agent id (a scaler's ephemeral
--- single-use tokens): then it registers that id and no other. NULL: any id.
-ALTER TABLE agent_tokens ADD COLUMN agent_id TEXT;
