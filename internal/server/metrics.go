@@ -50,7 +50,7 @@ func listenMetrics(addr string, hc HTTPConfig, m *metrics.Metrics, log *slog.Log
 		return nil, fmt.Errorf("metrics.listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", perWriteDeadlines(m.Handler(), hc.WriteTimeout))
 	return &metricsListener{ln: ln, srv: newHTTPServer(hc, mux, log)}, nil
 }
 
