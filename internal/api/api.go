@@ -65,6 +65,8 @@ type Deps struct {
 	Ingress Ingress
 	Logs    *logstore.Store
 	Fleet   Fleet
+	// Scalers is the scaler manager; nil when no scaler is configured.
+	Scalers Scalers
 	// Ready reports whether the server can serve (GET /ready). Default: a
 	// cheap database query.
 	Ready func(ctx context.Context) error

@@ -22,6 +22,7 @@ import (
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/metrics"
 	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -46,6 +47,11 @@ type Config struct {
 	Runs     RunsConfig     `yaml:"runs"`
 	Metrics  MetricsConfig  `yaml:"metrics"`
 	Storage  StorageConfig  `yaml:"storage"`
+
+	// Scalers start agents on demand (docs/scalers.md); ScalerCaps bound
+	// them all.
+	Scalers    []scaler.Config `yaml:"scalers"`
+	ScalerCaps scaler.Caps     `yaml:"scaler_caps"`
 }
 
 // LogConfig configures the server's own structured log.
@@ -199,6 +205,7 @@ func DefaultConfig() Config {
 			Backend: "filesystem",
 			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
+		ScalerCaps: scaler.DefaultCaps(),
 	}
 }
 
@@ -287,6 +294,9 @@ func eachField(v reflect.Value, prefix string, fn func(key string, v reflect.Val
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		key := prefix + f.Tag.Get("yaml")
+		if f.Type.Kind() == reflect.Slice {
+			continue // scalers: a list, set only in the file
+		}
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
 			if err := eachField(v.Field(i), key+".", fn); err != nil {
 				return err
@@ -316,6 +326,12 @@ func setField(v reflect.Value, raw string) error {
 			return fmt.Errorf("%q is not true or false", raw)
 		}
 		v.SetBool(b)
+	case v.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", raw)
+		}
+		v.SetFloat(f)
 	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
@@ -439,6 +455,7 @@ func (c *Config) Validate() error {
 		add("metrics.backpressure_threshold must be at least 1, got %d", c.Metrics.BackpressureThreshold)
 	}
 	errs = append(errs, c.Storage.validate()...)
+	errs = append(errs, scaler.Validate(c.Scalers, c.ScalerCaps)...)
 	return errors.Join(errs...)
 }
 

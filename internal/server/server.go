@@ -85,6 +85,26 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		opts.Clock = time.Now
 	}
 	started := time.Now()
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Bind before anything is created: a first start that cannot listen
+	// (the port is in use) leaves no database behind and prints no admin
+	// token it would then lose (B129).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	var rawMetricsLn net.Listener
+	if cfg.Metrics.Listen != "" {
+		if rawMetricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			return fmt.Errorf("metrics.listen on %s: %w", cfg.Metrics.Listen, err)
+		}
+		defer rawMetricsLn.Close()
+	}
 	if err := secureDataDir(cfg, log); err != nil {
 		return err
 	}
@@ -122,8 +142,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		creds = sourceCredentials{sources}
 	}
 	// The fleet serves agents; what its store operations commit goes to
-	// the engine through fl.Effects().
-	fl, err := fleet.New(db, logs, creds, fleetConfig(cfg, opts.Clock, log))
+	// the engine through fl.Effects(). The scalers start agents for the
+	// jobs it leaves waiting.
+	scalers, err := newScalers(cfg, db, opts, log.With("part", "scaler"))
+	if err != nil {
+		return err
+	}
+	fcfg := fleetConfig(cfg, opts.Clock, log)
+	fcfg.Scaler = fleetScaler(scalers)
+	fl, err := fleet.New(db, logs, creds, fcfg)
 	if err != nil {
 		return err
 	}
@@ -132,12 +159,16 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if scalers != nil {
+		scalers.SetFleet(fl)
+		scalers.SetHooks(met.ScalerHooks())
+	}
 	// The engine wakes and cancels jobs through the fleet, applies what the
 	// fleet commits, and tells the metrics what it did.
 	eng := engine.New(db, fl, engine.Config{
 		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
 		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
-		Hooks: met.EngineHooks(),
+		Hooks: met.EngineHooks(), Scalers: engineScalers(scalers),
 	})
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
@@ -155,22 +186,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", perWrite(metricsOnMain(db, met, log)))
 	}
-	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout}); err != nil {
+	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
 	var metricsLn *metricsListener
-	if cfg.Metrics.Listen != "" {
-		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, cfg.HTTP, met, log); err != nil {
-			ln.Close()
-			return err
-		}
-		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
+	if rawMetricsLn != nil {
+		metricsLn = listenMetrics(rawMetricsLn, cfg.HTTP, met, log)
+		metricsURL = "http://" + rawMetricsLn.Addr().String() + "/metrics"
 	}
 	// Requests run under baseCtx, which ends streamGrace after shutdown
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
@@ -214,6 +238,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		defer t.Stop()
 		return srv.Shutdown(sctx)
 	})
+	if scalers != nil {
+		scalers.SetServerURL(s.URL)
+		g.Go(func() error { return scalers.Run(gctx) })
+	}
 	if cfg.LocalAgents > 0 {
 		la := &localAgents{db: db, cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
 		g.Go(func() error { return la.Run(gctx) })
