@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kilnci/kiln/internal/artifacts"
 	"io"
 	"net"
 	"net/url"
@@ -37,14 +38,20 @@ type Config struct {
 	AdminToken  string `yaml:"admin_token" doc:"fix an admin token instead of generating the first one (KILN_ADMIN_TOKEN); a new value revokes the old one's token"`
 	LocalAgents int    `yaml:"local_agents" doc:"agent processes the server starts on its own host (labels local, OS, arch); 0 turns them off"`
 
-	Log      LogConfig      `yaml:"log"`
-	HTTP     HTTPConfig     `yaml:"http"`
-	Agents   AgentsConfig   `yaml:"agents"`
-	Queue    QueueConfig    `yaml:"queue"`
-	Webhooks WebhooksConfig `yaml:"webhooks"`
-	Runs     RunsConfig     `yaml:"runs"`
-	Metrics  MetricsConfig  `yaml:"metrics"`
-	Storage  StorageConfig  `yaml:"storage"`
+	Log       LogConfig       `yaml:"log"`
+	HTTP      HTTPConfig      `yaml:"http"`
+	Agents    AgentsConfig    `yaml:"agents"`
+	Queue     QueueConfig     `yaml:"queue"`
+	Webhooks  WebhooksConfig  `yaml:"webhooks"`
+	Runs      RunsConfig      `yaml:"runs"`
+	Metrics   MetricsConfig   `yaml:"metrics"`
+	Storage   StorageConfig   `yaml:"storage"`
+	Artifacts ArtifactsConfig `yaml:"artifacts"`
+}
+
+// ArtifactsConfig bounds the artifacts jobs upload (docs/storage.md).
+type ArtifactsConfig struct {
+	MaxBytes int64 `yaml:"max_bytes" doc:"the largest artifact kiln stores, in bytes as uploaded (a gzipped tar); a larger upload fails the job"`
 }
 
 // LogConfig configures the server's own structured log.
@@ -187,6 +194,7 @@ func DefaultConfig() Config {
 			Backend: "filesystem",
 			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
+		Artifacts: ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
 	}
 }
 
@@ -392,6 +400,9 @@ func (c *Config) Validate() error {
 		add("metrics.backpressure_threshold must be at least 1, got %d", c.Metrics.BackpressureThreshold)
 	}
 	errs = append(errs, c.Storage.validate()...)
+	if c.Artifacts.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("artifacts.max_bytes must be at least 1, got %d", c.Artifacts.MaxBytes))
+	}
 	return errors.Join(errs...)
 }
 

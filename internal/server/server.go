@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kilnci/kiln/internal/artifacts"
 	"io"
 	"log/slog"
 	"net"
@@ -140,13 +141,20 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	})
 	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
+	arts, err := artifacts.New(db, blobs, artifacts.Config{MaxBytes: cfg.Artifacts.MaxBytes, Idle: cfg.HTTP.WriteTimeout,
+		Logger: log.With("part", "artifacts")})
+	if err != nil {
+		return err
+	}
+
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", fl.Handler())
+	mux.Handle("/agent/v1/", arts.AgentHandler())
 	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", metricsOnMain(db, met, log))
 	}
-	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout}); err != nil {
+	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout}); err != nil {
 		return err
 	}
 
