@@ -36,6 +36,7 @@ type agent struct {
 	stopping bool
 	sess     *session      // the registered connection; nil when there is none
 	change   chan struct{} // closed and replaced whenever jobs, drain or stop change
+	lease    lease
 }
 
 var (
@@ -68,8 +69,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return kiln.Errorf(kiln.CodeInvalid, "%s", err.Error())
 	}
+	leaseFile := ""
 	if cfg.Runner == nil {
-		r, err := newDefaultRunner(cfg)
+		path, remove, err := leaseFilePath(cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		leaseFile = path
+		r, err := newDefaultRunner(cfg, leaseFile)
 		if err != nil {
 			return err
 		}
@@ -79,6 +87,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	a.lease.file = leaseFile
 	return a.run(ctx)
 }
 
@@ -106,6 +115,7 @@ func newAgent(cfg Config) (*agent, error) {
 func (a *agent) run(ctx context.Context) error {
 	defer a.cancelJobs()
 	defer a.stopNow()
+	defer a.stopLeaseTimer()
 	a.log.Info("agent starting", "agent_id", a.id, "server", a.url, "labels", a.labels.Key(), "max_jobs", a.cfg.MaxJobs)
 	// life bounds every connection; it ends StopTimeout after a hard stop.
 	life, endLife := context.WithCancel(context.Background())
@@ -124,6 +134,8 @@ func (a *agent) run(ctx context.Context) error {
 			a.waitUntil(life, a.noneRunning)
 			return nil
 		}
+		a.checkLease()
+		a.waitUntil(life, a.noLostRunning)
 		registered, err := a.session(life)
 		var fatal *fatalError
 		switch {
@@ -320,8 +332,10 @@ func (a *agent) sendStatus() {
 	}
 }
 
-// registration is the register frame for a new connection.
+// registration is the register frame for a new connection. Jobs the lease
+// stopped are not listed: the orchestrator ends them as lost (B126).
 func (a *agent) registration() *proto.Register {
+	a.checkLease()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	reg := &proto.Register{
@@ -330,7 +344,7 @@ func (a *agent) registration() *proto.Register {
 		Version: clip(a.cfg.Version, proto.MaxMetadataLen), Draining: a.draining,
 	}
 	for _, j := range a.jobs {
-		if j.dropped || len(reg.InFlight) == proto.MaxInFlight {
+		if j.dropped || j.lost || len(reg.InFlight) == proto.MaxInFlight {
 			continue
 		}
 		reg.InFlight = append(reg.InFlight, proto.InFlight{JobID: j.id, RunID: j.run, LeaseEpoch: j.epoch, Started: j.exec != nil})
@@ -343,3 +357,11 @@ const (
 	goos   = runtime.GOOS
 	goarch = runtime.GOARCH
 )
+
+func (a *agent) stopLeaseTimer() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lease.timer != nil {
+		a.lease.timer.Stop()
+	}
+}

@@ -19,8 +19,9 @@ func NewExecutorRunner(x *executor.Executor) Runner { return execRunner{x} }
 // start from the agent's environment without its own settings: the
 // executor drops every KILN_* variable as well, but the agent's token must
 // not depend on one safeguard.
-func newDefaultRunner(cfg Config) (Runner, error) {
+func newDefaultRunner(cfg Config, leaseFile string) (Runner, error) {
 	xc := cfg.Executor
+	xc.LeaseFile = leaseFile
 	if xc.BaseEnv == nil {
 		xc.BaseEnv = os.Environ()
 	}

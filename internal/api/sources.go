@@ -82,6 +82,11 @@ func sourceRecord(req *SourceRequest) (store.Source, error) {
 	if err := req.Validate(); err != nil {
 		return store.Source{}, err
 	}
+	if req.Kind == kiln.SourceLocal {
+		if err := req.Local.CheckOnHost(); err != nil {
+			return store.Source{}, kiln.Errorf(kiln.CodeInvalid, "source %s: %s", req.Name, kiln.ErrorMessage(err))
+		}
+	}
 	if req.ForkPullRequests != "" && !req.ForkPullRequests.Valid() {
 		return store.Source{}, errorf(codeInvalid, "fork_pull_requests %q is not approve, run or deny", req.ForkPullRequests)
 	}

@@ -114,7 +114,7 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 	case "", "text":
 		cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, nil))
 	case "json":
-		cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, nil))
+		cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{ReplaceAttr: durationText}))
 	default:
 		return cfg, usageErrorf("log format %q is neither text nor json", format)
 	}
@@ -236,4 +236,14 @@ func runAgent(ctx context.Context, cfg agent.Config) error {
 		return usageErrorf("%s", kiln.ErrorMessage(err))
 	}
 	return &exitError{code: ExitFailure, err: fmt.Errorf("agent: %w", err)}
+}
+
+// durationText writes a duration in a JSON log as text ("735ms"), not as
+// nanoseconds: the server relays a local agent's records into its own log,
+// where 7.35e+08 would mean nothing to the reader.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -161,5 +162,16 @@ func TestAgentRefusedTokenExitsOne(t *testing.T) {
 	code, stderr := waitAgent(t, res)
 	if code != ExitFailure || !strings.Contains(stderr, "kiln: agent: the orchestrator refused the agent token") {
 		t.Fatalf("code %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// B244: the agent's JSON log, which the server relays into its own, writes
+// durations as text (retry_in=735ms), never as nanoseconds.
+func TestAgentJSONLogWritesDurationsAsText(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: durationText}))
+	log.Warn("no connection to the orchestrator", "retry_in", 735*time.Millisecond, "attempts", 3)
+	if !strings.Contains(buf.String(), `"retry_in":"735ms"`) || !strings.Contains(buf.String(), `"attempts":3`) {
+		t.Fatalf("log line: %s", buf.String())
 	}
 }

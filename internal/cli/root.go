@@ -86,7 +86,6 @@ func newRoot(e *env) *cobra.Command {
 		SilenceErrors: true,
 		Version:       Version,
 	}
-	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(newVersionCmd(e))
 	root.AddCommand(newLintCmd(e))
 	root.AddCommand(newServerCmd(e))
@@ -104,6 +103,17 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newEventsCmd(e))
 	root.AddCommand(newTriggerCmd(e))
 	root.AddCommand(newBenchCmd(e))
+	root.SetOut(e.stdout) // the completion scripts write where the output is when they are made
+	root.SetErr(e.stderr)
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" { // an unknown shell is a usage error, not help and exit 0
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(*cobra.Command, []string) error {
+				return usageErrorf("kiln completion wants a shell: bash, zsh, fish or powershell (docs/cli.md)")
+			}
+		}
+	}
 	return root
 }
 

@@ -29,3 +29,22 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 		t.Fatalf("code %d, stderr: %s", code, errOut)
 	}
 }
+
+// B241: kiln completion prints a completion script for each shell
+// docs/cli.md names, and a shell it does not know is a usage error.
+func TestCompletionScripts(t *testing.T) {
+	for shell, marker := range map[string]string{
+		"bash": "__start_kiln", "zsh": "#compdef kiln", "fish": "complete -c kiln",
+	} {
+		code, out, errOut := runCLI(t, nil, "completion", shell)
+		if code != ExitOK || !strings.Contains(out, marker) {
+			t.Errorf("kiln completion %s: code %d, %d bytes without %q; stderr %s", shell, code, len(out), marker, errOut)
+		}
+	}
+	if code, _, _ := runCLI(t, nil, "completion", "tcsh"); code != ExitUsage {
+		t.Errorf("kiln completion tcsh: code %d, want %d", code, ExitUsage)
+	}
+	if _, out, _ := runCLI(t, nil, "--help"); !strings.Contains(out, "completion") {
+		t.Errorf("kiln --help does not list completion:\n%s", out)
+	}
+}

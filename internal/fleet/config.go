@@ -51,6 +51,12 @@ type Config struct {
 	// (close 4004).
 	UnhealthyAfter time.Duration
 	DropAfter      time.Duration
+	// RecoveryWindow is the store's (store.Config.RecoveryWindow), and
+	// LeaseMargin what the agents subtract from their lease: register.ack
+	// sends all three, and each agent stops its jobs once it has not heard
+	// from a coordinator for proto.AgentLease of them (B126).
+	RecoveryWindow time.Duration
+	LeaseMargin    time.Duration
 	// SweepInterval is how often the monitor runs: heartbeat checks, the
 	// ack, recovery and stale sweeps, buffered job heartbeats. It bounds
 	// how late a deadline is noticed.
@@ -61,8 +67,15 @@ type Config struct {
 	// WriteTimeout bounds one frame written to an agent; an agent that
 	// cannot take a frame for that long is disconnected.
 	WriteTimeout time.Duration
-	// MaxMessageBytes is the largest frame read (larger: close 1009).
+	// MaxMessageBytes is the largest frame read once a connection has
+	// authenticated (larger: close 1009); before, it is
+	// MaxUnauthenticatedFrameBytes.
 	MaxMessageBytes int64
+	// MaxUnauthenticated and MaxUnauthenticatedPerAddress bound the
+	// connections that have not authenticated yet, in all and per remote
+	// address; the upgrade of one more is refused with 503.
+	MaxUnauthenticated           int
+	MaxUnauthenticatedPerAddress int
 	// Per-connection token buckets. Agent heartbeats and job heartbeats are
 	// exempt. A connection over a limit is slowed down (its frames are read
 	// later); one over it for longer than RateLimitGrace gets error
@@ -95,6 +108,8 @@ func (c Config) withDefaults() Config {
 	c.JobHeartbeatInterval = cmp.Or(c.JobHeartbeatInterval, proto.DefaultJobHeartbeatInterval)
 	c.UnhealthyAfter = cmp.Or(c.UnhealthyAfter, proto.DefaultUnhealthyAfter)
 	c.DropAfter = cmp.Or(c.DropAfter, proto.DefaultDropAfter)
+	c.RecoveryWindow = cmp.Or(c.RecoveryWindow, proto.DefaultRecoveryWindow)
+	c.LeaseMargin = cmp.Or(c.LeaseMargin, proto.DefaultLeaseMargin)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	c.RedriveInterval = cmp.Or(c.RedriveInterval, DefaultRedriveInterval)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
@@ -105,6 +120,8 @@ func (c Config) withDefaults() Config {
 	c.BytesPerSecond = cmp.Or(c.BytesPerSecond, DefaultBytesPerSecond)
 	c.ByteBurst = cmp.Or(c.ByteBurst, DefaultByteBurst)
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.MaxUnauthenticated = cmp.Or(c.MaxUnauthenticated, DefaultMaxUnauthenticated)
+	c.MaxUnauthenticatedPerAddress = cmp.Or(c.MaxUnauthenticatedPerAddress, DefaultMaxUnauthenticatedPerAddress)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -123,6 +140,7 @@ func (c Config) validate() error {
 		{"AuthTimeout", c.AuthTimeout}, {"RegisterTimeout", c.RegisterTimeout},
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"JobHeartbeatInterval", c.JobHeartbeatInterval},
 		{"UnhealthyAfter", c.UnhealthyAfter}, {"DropAfter", c.DropAfter},
+		{"RecoveryWindow", c.RecoveryWindow}, {"LeaseMargin", c.LeaseMargin},
 		{"SweepInterval", c.SweepInterval}, {"RedriveInterval", c.RedriveInterval},
 		{"WriteTimeout", c.WriteTimeout}, {"RateLimitGrace", c.RateLimitGrace},
 	} {
@@ -145,6 +163,10 @@ func (c Config) validate() error {
 	}
 	if int64(c.ByteBurst) < c.MaxMessageBytes {
 		errs = append(errs, fmt.Errorf("fleet: ByteBurst (%d) is smaller than MaxMessageBytes (%d): a frame of the largest size could never be read", c.ByteBurst, c.MaxMessageBytes))
+	}
+	if c.MaxUnauthenticated < 1 || c.MaxUnauthenticatedPerAddress < 1 || c.MaxUnauthenticatedPerAddress > c.MaxUnauthenticated {
+		errs = append(errs, fmt.Errorf("fleet: MaxUnauthenticatedPerAddress (%d) must be between 1 and MaxUnauthenticated (%d)",
+			c.MaxUnauthenticatedPerAddress, c.MaxUnauthenticated))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, errors.New("fleet: MaxBatch must be at least 1"))

@@ -42,6 +42,8 @@ type conn struct {
 	released bool
 
 	limit limiter
+	// unauth is the connection's slot among those not authenticated yet.
+	unauth *unauthSlot
 	// lastSeq is the seq of the last durable frame read.
 	lastSeq uint64
 }
@@ -67,6 +69,16 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.handlers.Add(1) // under acceptMu: never after shutdown began waiting
 	f.acceptMu.Unlock()
+	host, full := f.unauth.acquire(r.RemoteAddr, f.cfg.MaxUnauthenticated, f.cfg.MaxUnauthenticatedPerAddress)
+	if full != "" {
+		f.handlers.Done()
+		f.stats.unauthRefused.Add(1)
+		f.log.Warn("agent connection refused: too many connections have not authenticated", "remote", r.RemoteAddr, "limit", full)
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "too many agent connections are waiting to authenticate; retry later", http.StatusServiceUnavailable)
+		return
+	}
+	slot := &unauthSlot{u: &f.unauth, host: host}
 	// The HTTP server's read and write deadlines stay on the connection
 	// after the upgrade and would cut a healthy agent off: the handshake
 	// has its own timers (auth_timeout, register_timeout) and every write
@@ -76,6 +88,7 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetWriteDeadline(time.Time{})
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
+		slot.release()
 		f.handlers.Done()
 		return // Accept answered the request
 	}
@@ -84,8 +97,9 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// server's frames on its stack nor the request in the heap.
 	go func() {
 		defer f.handlers.Done()
-		ws.SetReadLimit(f.cfg.MaxMessageBytes)
-		c := &conn{f: f, ws: ws, id: uuid.NewString(), done: make(chan struct{})}
+		defer slot.release()
+		ws.SetReadLimit(MaxUnauthenticatedFrameBytes) // until it authenticates
+		c := &conn{f: f, ws: ws, id: uuid.NewString(), done: make(chan struct{}), unauth: slot}
 		c.lastSeen.Store(f.now().UnixNano())
 		f.reg.addConn(c)
 		f.stats.connects.Add(1)

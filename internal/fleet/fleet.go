@@ -34,6 +34,8 @@ type Fleet struct {
 	hb    leases // buffered job heartbeats
 	acks  leases // deferred job acknowledgements
 	stats counters
+	// unauth counts the connections that have not authenticated (B102).
+	unauth unauthLimiter
 
 	state     atomic.Int32 // 0 new, 1 running, 2 stopped
 	acceptMu  sync.Mutex

@@ -81,6 +81,10 @@ func (c *conn) authenticate(m *proto.Auth) (closeCause, bool) {
 		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
 	}
 	f.reg.authenticated(c, tk)
+	// Authenticated: it may send frames of the configured size, and no
+	// longer counts against the strangers' limits (B102).
+	c.ws.SetReadLimit(f.cfg.MaxMessageBytes)
+	c.unauth.release()
 	if c.closing.Load() {
 		return causeClosed(), false
 	}
@@ -187,7 +191,10 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 
 	ack := &proto.RegisterAck{AgentID: m.AgentID, Labels: labels.Labels, Mandatory: labels.Mandatory, MaxJobs: m.MaxJobs,
 		HeartbeatIntervalMS:    f.cfg.HeartbeatInterval.Milliseconds(),
-		JobHeartbeatIntervalMS: f.cfg.JobHeartbeatInterval.Milliseconds()}
+		JobHeartbeatIntervalMS: f.cfg.JobHeartbeatInterval.Milliseconds(),
+		DropAfterMS:            f.cfg.DropAfter.Milliseconds(),
+		RecoveryWindowMS:       f.cfg.RecoveryWindow.Milliseconds(),
+		LeaseMarginMS:          f.cfg.LeaseMargin.Milliseconds()}
 	for _, l := range rec.Kept {
 		a.jobs[l.JobID] = &heldJob{runID: runs[l.JobID], epoch: l.Epoch, sent: true, acked: true}
 		ack.Recovered = append(ack.Recovered, l.JobID)

@@ -25,6 +25,9 @@ type Stats struct {
 	LogLines        uint64 // log lines stored (replayed duplicates not counted)
 	StaleRefused    uint64 // agent reports refused for a stale lease
 	RateLimitCloses uint64
+	// UnauthenticatedRefused counts upgrades refused because too many
+	// connections had not authenticated (B102).
+	UnauthenticatedRefused uint64
 	// Frames counts frames received by type; Disconnects connection ends
 	// by cause ("closed_by_agent", "heartbeat_timeout", "ack_timeout", …).
 	Frames      map[string]uint64
@@ -83,10 +86,10 @@ var frameTypes = []string{proto.TypeAuth, proto.TypeRegister, proto.TypeHeartbea
 	proto.TypeJobAck, proto.TypeJobReject, proto.TypeJobStatus, proto.TypeStepStatus, proto.TypeLog, proto.TypeJobHeartbeat}
 
 type counters struct {
-	connects, dispatched, logLines, staleRefused, rateLimited atomic.Uint64
-	batches, batchedOps                                       atomic.Uint64
-	dispatchLatency, ackLatency, claimLatency                 latency
-	frames                                                    [10]atomic.Uint64
+	connects, dispatched, logLines, staleRefused, rateLimited, unauthRefused atomic.Uint64
+	batches, batchedOps                                                      atomic.Uint64
+	dispatchLatency, ackLatency, claimLatency                                latency
+	frames                                                                   [10]atomic.Uint64
 
 	mu          sync.Mutex
 	disconnects map[string]uint64
@@ -117,7 +120,8 @@ func (f *Fleet) Stats() Stats {
 		DispatchLatency: c.dispatchLatency.snapshot(), AckLatency: c.ackLatency.snapshot(),
 		ClaimLatency: c.claimLatency.snapshot(),
 		LogLines:     c.logLines.Load(), StaleRefused: c.staleRefused.Load(), RateLimitCloses: c.rateLimited.Load(),
-		Batches: c.batches.Load(), BatchedOps: c.batchedOps.Load(),
+		UnauthenticatedRefused: c.unauthRefused.Load(),
+		Batches:                c.batches.Load(), BatchedOps: c.batchedOps.Load(),
 		Frames: map[string]uint64{}, Disconnects: map[string]uint64{}}
 	s.Connections, s.Agents = f.reg.counts()
 	for i, t := range frameTypes {

@@ -2,7 +2,11 @@ package forge
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/kilnci/kiln"
@@ -163,4 +167,27 @@ func (g gitRepo) fullRef(ctx context.Context, ref, def string) (string, error) {
 // Collaborator cannot tell: a local source has no forge API.
 func (l *local) Collaborator(context.Context, string, string) (bool, error) {
 	return false, kiln.Errorf(kiln.CodeUnavailable, "a local source cannot tell who may push to its repository")
+}
+
+// CheckOnHost reports, as a sentence (kiln.CodeInvalid), a local source
+// whose path is not a git repository on this host: the server reads the
+// repository itself, so a path that only exists on the operator's laptop
+// would otherwise fail at the first push with "not a git repository".
+func (c *LocalConfig) CheckOnHost() error {
+	host, _ := os.Hostname()
+	fi, err := os.Stat(c.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return kiln.Errorf(kiln.CodeInvalid, "path %s does not exist on the server's host (%s); a local source is a git repository on the server's own disk", c.Path, host)
+	case err != nil:
+		return kiln.Errorf(kiln.CodeInvalid, "path %s cannot be read on the server's host (%s): %v", c.Path, host, errors.Unwrap(err))
+	case !fi.IsDir():
+		return kiln.Errorf(kiln.CodeInvalid, "path %s on the server's host (%s) is a file, not a git repository", c.Path, host)
+	}
+	for _, marker := range []string{".git", "HEAD"} { // a working tree, or a bare repository
+		if _, err := os.Stat(filepath.Join(c.Path, marker)); err == nil {
+			return nil
+		}
+	}
+	return kiln.Errorf(kiln.CodeInvalid, "path %s on the server's host (%s) is not a git repository (no .git, no HEAD); create it with git init --bare", c.Path, host)
 }

@@ -221,7 +221,7 @@ func parse(files []forge.WorkflowFile, only string) ([]*workflow.Workflow, map[s
 	contents := map[string][]byte{}
 	var problems []string
 	for _, f := range files {
-		if only != "" && path.Base(f.Path) != only && strings.TrimSuffix(path.Base(f.Path), path.Ext(f.Path)) != only {
+		if only != "" && !named(f.Path, only) {
 			continue
 		}
 		if f.Err != nil {
@@ -237,6 +237,15 @@ func parse(files []forge.WorkflowFile, only string) ([]*workflow.Workflow, map[s
 		contents[wf.File] = f.Content
 	}
 	return wfs, contents, problems
+}
+
+// named reports whether a dispatch's workflow name means the file at p: its
+// path (.kiln/workflows/deploy.yml, as a generic webhook's dispatch gives
+// it), its file name (deploy.yml, as the CLI and the API take it) or that
+// without the extension (deploy).
+func named(p, name string) bool {
+	base := path.Base(p)
+	return name == p || name == base || name == strings.TrimSuffix(base, path.Ext(base))
 }
 
 // needsChangedFiles reports whether any trigger for this event filters paths.

@@ -137,6 +137,7 @@ var (
 	descLogLines         = prometheus.NewDesc("kiln_log_lines_stored_total", "Log lines stored; lines an agent replays after a reconnect are not counted twice.", []string{"source"}, nil)
 	descStaleRefused     = prometheus.NewDesc("kiln_agent_stale_updates_refused_total", "Agent reports refused because they carried a stale lease (the job was reassigned or ended).", nil, nil)
 	descRateLimitCloses  = prometheus.NewDesc("kiln_agent_rate_limit_closes_total", "Agent connections closed for exceeding the message or byte rate limit.", nil, nil)
+	descUnauthRefused    = prometheus.NewDesc("kiln_agent_unauthenticated_refused_total", "Agent connections refused at the upgrade because too many had not authenticated, in all or from one address.", nil, nil)
 	descFrames           = prometheus.NewDesc("kiln_agent_frames_total", "Frames received from agents, by frame type.", []string{"type"}, nil)
 	descDisconnects      = prometheus.NewDesc("kiln_agent_disconnects_total", "Agent connections ended, by cause (closed_by_agent, heartbeat_timeout, ack_timeout, rate_limited, shutdown, …).", []string{"cause"}, nil)
 	descStoreBatches     = prometheus.NewDesc("kiln_store_batches_total", "Transactions the fleet's group committer ran.", nil, nil)

@@ -15,7 +15,7 @@ type scrapeCollector struct{ m *Metrics }
 func (c scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descAgentsActive, descAgentConnections, descAgentConnects, descDispatches, descDispatchLatency,
-		descAckLatency, descClaimLatency, descLogChunks, descLogLines, descStaleRefused, descRateLimitCloses, descFrames,
+		descAckLatency, descClaimLatency, descLogChunks, descLogLines, descStaleRefused, descRateLimitCloses, descUnauthRefused, descFrames,
 		descDisconnects, descStoreBatches, descStoreBatchedOps, descStatusUpdates, descStatusQueued,
 	} {
 		ch <- d
@@ -56,6 +56,7 @@ func collectFleet(ch chan<- prometheus.Metric, s fleet.Stats) {
 	ch <- constMetric(descLogLines, prometheus.CounterValue, float64(s.LogLines), logSource)
 	ch <- constMetric(descStaleRefused, prometheus.CounterValue, float64(s.StaleRefused))
 	ch <- constMetric(descRateLimitCloses, prometheus.CounterValue, float64(s.RateLimitCloses))
+	ch <- constMetric(descUnauthRefused, prometheus.CounterValue, float64(s.UnauthenticatedRefused))
 	for _, t := range agentFrameTypes {
 		ch <- constMetric(descFrames, prometheus.CounterValue, float64(s.Frames[t]), t)
 	}

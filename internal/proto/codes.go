@@ -58,6 +58,12 @@ const (
 	DefaultDropAfter            = 180 * time.Second
 	DefaultJobHeartbeatInterval = 60 * time.Second
 	DefaultMaxReconnectDelay    = 60 * time.Second
+	// DefaultRecoveryWindow mirrors store.DefaultRecoveryWindow for the
+	// agent, which computes its lease from it when an older orchestrator
+	// does not send one; DefaultLeaseMargin is subtracted from the lease
+	// so the agent stops a job before the orchestrator gives it away.
+	DefaultRecoveryWindow = 120 * time.Second
+	DefaultLeaseMargin    = 30 * time.Second
 )
 
 // Size limits. A frame over MaxFrameBytes closes the connection with

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
+	"github.com/kilnci/kiln/internal/api"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -40,4 +42,22 @@ func bootstrapAdmin(ctx context.Context, db *store.DB, cfg Config, out io.Writer
 	fmt.Fprintf(out, "\nkiln: this is the first start; your admin token is shown once, keep it:\n\n    %s\n\n"+
 		"use it as KILN_TOKEN for the kiln CLI, or as 'Authorization: Bearer …' for the API.\n\n", secret)
 	return secret, nil
+}
+
+// cliHint is the line that tells the CLI where this server is, when it is
+// not where the CLI looks by default; "" when it is. A listener on every
+// address is reached on the loopback one from this host.
+func cliHint(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	url := "http://" + net.JoinHostPort(host, port)
+	if url == api.DefaultServer {
+		return ""
+	}
+	return "kiln: this server is not where the kiln CLI looks by default; tell it with\n\n    export KILN_SERVER=" + url + "\n\n"
 }

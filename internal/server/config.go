@@ -19,6 +19,7 @@ import (
 
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
+	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/metrics"
 	"github.com/kilnci/kiln/internal/proto"
@@ -91,7 +92,10 @@ type AgentsConfig struct {
 	StaleAfter           time.Duration `yaml:"stale_after" doc:"a running job without a job heartbeat this long is timed_out_stale"`
 	AckTimeout           time.Duration `yaml:"ack_timeout" doc:"an agent must acknowledge a dispatched job this soon, else the job is requeued"`
 	RecoveryWindow       time.Duration `yaml:"recovery_window" doc:"how long a started job waits for its lost agent to reconnect"`
-	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent"`
+	LeaseMargin          time.Duration `yaml:"lease_margin" doc:"an agent stops its jobs this long before the orchestrator could give them to another (see docs/faults.md)"`
+	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent once it has authenticated (4 KiB before)"`
+	MaxUnauthenticated   int           `yaml:"max_unauthenticated" doc:"agent connections that have not authenticated yet, in all; one more is refused with 503"`
+	MaxUnauthPerAddress  int           `yaml:"max_unauthenticated_per_address" doc:"agent connections that have not authenticated yet from one remote address"`
 	MessagesPerSecond    int           `yaml:"messages_per_second" doc:"sustained frames per second per agent before it is throttled (heartbeats exempt)"`
 	BytesPerSecond       int           `yaml:"bytes_per_second" doc:"sustained bytes per second per agent before it is throttled"`
 }
@@ -107,9 +111,11 @@ type QueueConfig struct {
 
 // WebhooksConfig configures ingress.
 type WebhooksConfig struct {
-	MaxBodyBytes int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
-	DedupTTL     time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
-	ClaimLease   time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
+	MaxBodyBytes  int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
+	MaxUnverified int           `yaml:"max_unverified" doc:"webhook bodies read at once before their signature is checked; more wait, then get 503"`
+	InMemoryBytes int64         `yaml:"in_memory_bytes" doc:"how much of an unverified webhook body is held in memory; the rest is spooled to data_dir/tmp"`
+	DedupTTL      time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
+	ClaimLease    time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
 }
 
 // RunsConfig configures runs.
@@ -166,7 +172,10 @@ func DefaultConfig() Config {
 			StaleAfter:           store.DefaultStaleAfter,
 			AckTimeout:           store.DefaultAckTimeout,
 			RecoveryWindow:       store.DefaultRecoveryWindow,
+			LeaseMargin:          proto.DefaultLeaseMargin,
 			MaxMessageBytes:      proto.MaxFrameBytes,
+			MaxUnauthenticated:   fleet.DefaultMaxUnauthenticated,
+			MaxUnauthPerAddress:  fleet.DefaultMaxUnauthenticatedPerAddress,
 			MessagesPerSecond:    fleet.DefaultMessagesPerSecond,
 			BytesPerSecond:       fleet.DefaultBytesPerSecond,
 		},
@@ -178,9 +187,11 @@ func DefaultConfig() Config {
 			RedriveInterval: fleet.DefaultRedriveInterval,
 		},
 		Webhooks: WebhooksConfig{
-			MaxBodyBytes: ingress.DefaultMaxBodyBytes,
-			DedupTTL:     store.DefaultDedupTTL,
-			ClaimLease:   ingress.DefaultClaimLease,
+			MaxBodyBytes:  ingress.DefaultMaxBodyBytes,
+			MaxUnverified: ingress.DefaultMaxUnverified,
+			InMemoryBytes: forge.DefaultInMemoryBody,
+			DedupTTL:      store.DefaultDedupTTL,
+			ClaimLease:    ingress.DefaultClaimLease,
 		},
 		Runs: RunsConfig{
 			CancelGrace:      engine.DefaultCancelGrace,
@@ -199,17 +210,25 @@ func DefaultConfig() Config {
 }
 
 // LoadFile overlays a YAML file onto c. Unknown keys are errors, so a typo
-// never silently leaves a default in place.
+// never silently leaves a default in place; each error names the dotted key
+// and its line, and suggests the key probably meant (checkYAML).
 func (c *Config) LoadFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("config %s: %w", path, decodeError(err))
+	}
+	if errs := checkYAML(&doc); len(errs) > 0 {
+		return fmt.Errorf("config %s: %w", path, errors.Join(errs...))
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// An empty file is an empty configuration.
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("config %s: %w", path, decodeError(err))
 	}
 	return nil
 }
@@ -244,7 +263,17 @@ func (c *Config) Set(key, raw string) error {
 		return fmt.Errorf("%s: %w", key, err)
 	}
 	if !found {
-		return fmt.Errorf("unknown configuration key %q", key)
+		name, prefix := key, ""
+		if i := strings.LastIndexByte(key, '.'); i >= 0 {
+			name, prefix = key[i+1:], key[:i+1]
+		}
+		var siblings []string
+		for _, k := range allKeys() {
+			if rest, ok := strings.CutPrefix(k, prefix); ok && !strings.Contains(rest, ".") {
+				siblings = append(siblings, rest)
+			}
+		}
+		return fmt.Errorf("unknown configuration key %q%s", key, closestKey(name, prefix, siblings, allKeys()))
 	}
 	return nil
 }
@@ -355,7 +384,8 @@ func (c *Config) Validate() error {
 		{"agents.heartbeat_interval", a.HeartbeatInterval}, {"agents.unhealthy_after", a.UnhealthyAfter},
 		{"agents.drop_after", a.DropAfter}, {"agents.job_heartbeat_interval", a.JobHeartbeatInterval},
 		{"agents.stale_after", a.StaleAfter}, {"agents.ack_timeout", a.AckTimeout},
-		{"agents.recovery_window", a.RecoveryWindow}, {"queue.sweep_interval", c.Queue.SweepInterval},
+		{"agents.recovery_window", a.RecoveryWindow}, {"agents.lease_margin", a.LeaseMargin},
+		{"queue.sweep_interval", c.Queue.SweepInterval},
 		{"queue.redrive_interval", c.Queue.RedriveInterval}, {"queue.unroutable_grace", c.Queue.UnroutableGrace},
 		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"webhooks.claim_lease", c.Webhooks.ClaimLease},
 		{"runs.cancel_grace", c.Runs.CancelGrace},
@@ -371,11 +401,21 @@ func (c *Config) Validate() error {
 	if a.DropAfter <= a.HeartbeatInterval {
 		add("agents.drop_after (%s) must be longer than agents.heartbeat_interval (%s)", a.DropAfter, a.HeartbeatInterval)
 	}
+	if a.RecoveryWindow <= a.LeaseMargin+2*a.HeartbeatInterval {
+		// An agent that lost its connection keeps its jobs for the window
+		// minus the margin after its last answered heartbeat, and needs a
+		// heartbeat and a ping's wait to notice the loss (B126).
+		add("agents.recovery_window (%s) must be longer than agents.lease_margin (%s) plus twice agents.heartbeat_interval (%s)",
+			a.RecoveryWindow, a.LeaseMargin, a.HeartbeatInterval)
+	}
 	if a.StaleAfter <= a.JobHeartbeatInterval {
 		add("agents.stale_after (%s) must be longer than agents.job_heartbeat_interval (%s)", a.StaleAfter, a.JobHeartbeatInterval)
 	}
 	if a.MaxMessageBytes < 64<<10 {
 		add("agents.max_message_bytes must be at least 65536, got %d", a.MaxMessageBytes)
+	}
+	if a.MaxUnauthenticated < 1 || a.MaxUnauthPerAddress < 1 || a.MaxUnauthPerAddress > a.MaxUnauthenticated {
+		add("agents.max_unauthenticated_per_address (%d) must be at least 1 and at most agents.max_unauthenticated (%d)", a.MaxUnauthPerAddress, a.MaxUnauthenticated)
 	}
 	if a.MessagesPerSecond < 1 || a.BytesPerSecond < 1 {
 		add("agents.messages_per_second and agents.bytes_per_second must be positive")
@@ -388,6 +428,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Webhooks.MaxBodyBytes < 1<<10 {
 		add("webhooks.max_body_bytes must be at least 1024, got %d", c.Webhooks.MaxBodyBytes)
+	}
+	if c.Webhooks.MaxUnverified < 1 {
+		add("webhooks.max_unverified must be at least 1, got %d", c.Webhooks.MaxUnverified)
+	}
+	if c.Webhooks.InMemoryBytes < 4<<10 || c.Webhooks.InMemoryBytes > 16<<20 {
+		add("webhooks.in_memory_bytes must be between 4096 and 16777216, got %d", c.Webhooks.InMemoryBytes)
 	}
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {

@@ -86,6 +86,26 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		opts.Clock = time.Now
 	}
 	started := time.Now()
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Bind before anything is created: a first start that cannot listen
+	// (the port is in use) leaves no database behind and prints no admin
+	// token it would then lose (B129).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	var rawMetricsLn net.Listener
+	if cfg.Metrics.Listen != "" {
+		if rawMetricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			return fmt.Errorf("metrics.listen on %s: %w", cfg.Metrics.Listen, err)
+		}
+		defer rawMetricsLn.Close()
+	}
 	if err := secureDataDir(cfg, log); err != nil {
 		return err
 	}
@@ -111,6 +131,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
+	// Webhook bodies larger than webhooks.in_memory_bytes wait here, in
+	// unlinked files, until they are verified (B103).
+	spoolDir := filepath.Join(cfg.DataDir, "tmp")
+	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
 	sources := ingress.NewSources(db, forge.Options{Logger: log.With("part", "forge")})
 	creds := opts.CloneCredentials
 	if creds == nil {
@@ -137,7 +163,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
-		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
+		MaxUnverified: cfg.Webhooks.MaxUnverified, InMemoryBytes: cfg.Webhooks.InMemoryBytes, SpoolDir: spoolDir,
+		UnverifiedWait: cfg.HTTP.ReadTimeout / 2,
+		Recorded:       met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
 	})
 	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
@@ -158,18 +186,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
 	var metricsLn *metricsListener
-	if cfg.Metrics.Listen != "" {
-		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, cfg.HTTP, met, log); err != nil {
-			ln.Close()
-			return err
-		}
-		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
+	if rawMetricsLn != nil {
+		metricsLn = listenMetrics(rawMetricsLn, cfg.HTTP, met, log)
+		metricsURL = "http://" + rawMetricsLn.Addr().String() + "/metrics"
 	}
 	// Requests run under baseCtx, which ends streamGrace after shutdown
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
@@ -184,6 +205,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
 		"startup", time.Since(started).Round(time.Millisecond))
+	fmt.Fprint(opts.Out, cliHint(s.Addr))
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -272,7 +294,17 @@ func newLogger(w io.Writer, c LogConfig) *slog.Logger {
 	_ = level.UnmarshalText([]byte(c.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "json" {
+		opts.ReplaceAttr = durationText
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationText writes a duration in the JSON log as text ("735ms") rather
+// than as nanoseconds, as the text log does.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
