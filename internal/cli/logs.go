@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
@@ -43,6 +44,11 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 			prefix := q.Job == "" || q.Step == nil
 			colour := isTerminal(e.stdout)
 			out := bufio.NewWriter(e.stdout)
+			if !asJSON && q.Step == nil && q.After == 0 {
+				if err := printProvisioning(cmd, c, out, args[0], q.Job); err != nil {
+					return err
+				}
+			}
 			err = c.Logs(cmd.Context(), args[0], q, func(l api.LogLine) error {
 				switch {
 				case asJSON:
@@ -78,6 +84,25 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 	fs.IntVar(&q.Limit, "limit", 0, "at most this many lines (without --follow; default 10000)")
 	fs.BoolVar(&asJSON, "json", false, "print each line as a JSON object")
 	return cmd
+}
+
+// printProvisioning prints the provisioning section: what the scalers did
+// to start the agents of the run's jobs (or JOB's), as job/provisioning
+// lines before the steps' logs.
+func printProvisioning(cmd *cobra.Command, c *api.Client, out *bufio.Writer, run, job string) error {
+	tl, err := c.Timeline(cmd.Context(), run)
+	if err != nil {
+		return apiError(err)
+	}
+	for _, ev := range tl.Events {
+		if job != "" && ev.Job != job && ev.JobID != job {
+			continue
+		}
+		for _, l := range strings.Split(ev.Detail, "\n") {
+			fmt.Fprintf(out, "%s/provisioning | %s %s\n", terminalSafe(or(ev.Job), false), ev.Type, terminalSafe(l, false))
+		}
+	}
+	return nil
 }
 
 // reportJobs says on stderr how the followed jobs ended; exit 1 if one

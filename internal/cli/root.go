@@ -100,6 +100,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newSourcesCmd(e))
 	root.AddCommand(newDispatchCmd(e))
 	root.AddCommand(newQueueCmd(e))
+	root.AddCommand(newScalersCmd(e))
 	root.AddCommand(newEventsCmd(e))
 	root.AddCommand(newTriggerCmd(e))
 	root.AddCommand(newBenchCmd(e))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/proto"
 )
 
@@ -99,6 +100,27 @@ type Config struct {
 	// for the auth and register deadlines are real.
 	Clock  func() time.Time
 	Logger *slog.Logger
+
+	// Scaler, when set, starts agents for jobs no idle agent takes
+	// (internal/scaler) and is told of its agents' lives.
+	Scaler Scaler
+}
+
+// Scaler is the scaler manager as the fleet uses it.
+type Scaler interface {
+	// Wake: jobs are left without an idle agent.
+	Wake()
+	// Reason says why jobs with the requirement wait when a scaler serves
+	// it; "" with true keeps the reason the jobs have (a provisioning
+	// error).
+	Reason(r kiln.Requirement) (string, bool)
+	// Registered: an agent registered. It returns the job a scaler started
+	// it for, and whether it is a scaler's agent, which takes one job.
+	Registered(agentID string) (jobID string, ephemeral bool)
+	// Took: a scaler's agent was sent a job.
+	Took(agentID, runID, jobID string)
+	// Gone: an agent's connection ended holding held started jobs.
+	Gone(agentID, reason string, held int)
 }
 
 func (c Config) withDefaults() Config {

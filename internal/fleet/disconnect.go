@@ -141,6 +141,9 @@ func (f *Fleet) releaseLocked(c *conn, cause closeCause) {
 	rel.Acks = f.acks.forget(a)
 	f.reg.unregister(a)
 	f.disp.refreshReasons()
+	if s := f.cfg.Scaler; s != nil && !cause.noStore && cause.kind != "superseded" {
+		s.Gone(a.id, cause.kind, rel.Lost)
+	}
 	if h := f.hooks.released.Load(); h != nil {
 		(*h)(a.id, cause, rel)
 	}

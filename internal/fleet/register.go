@@ -202,6 +202,11 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	for _, l := range rec.Refused {
 		ack.Dropped = append(ack.Dropped, l.JobID)
 	}
+	bound := ""
+	if s := f.cfg.Scaler; s != nil {
+		bound, a.oneJob = s.Registered(m.AgentID)
+		a.took = a.oneJob && len(rec.Kept) > 0
+	}
 	c.agent.Store(a)
 	f.reg.register(a)
 	if err := c.send(ack); err != nil {
@@ -210,7 +215,11 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	// Only now may frames follow: the agent reads register.ack first.
 	a.live.Store(true)
 	f.reg.changed()
-	f.disp.agentFree(a)
+	if bound != "" && !a.took {
+		f.disp.bind(a, bound)
+	} else {
+		f.disp.agentFree(a)
+	}
 	f.disp.refreshReasons()
 	f.log.Info("agent registered", "agent_id", a.id, "labels", labels.Labels.Key(), "mandatory", labels.Mandatory.Key(),
 		"max_jobs", a.maxJobs, "recovered", len(rec.Kept), "dropped", len(rec.Refused), "resolved", len(rec.Resolved))

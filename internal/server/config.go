@@ -23,6 +23,7 @@ import (
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/metrics"
 	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -39,15 +40,20 @@ type Config struct {
 	AdminToken  string `yaml:"admin_token" doc:"fix an admin token instead of generating the first one (KILN_ADMIN_TOKEN); a new value revokes the old one's token"`
 	LocalAgents int    `yaml:"local_agents" doc:"agent processes the server starts on its own host (labels local, OS, arch); 0 turns them off"`
 
-	Log       LogConfig       `yaml:"log"`
-	HTTP      HTTPConfig      `yaml:"http"`
-	Agents    AgentsConfig    `yaml:"agents"`
-	Queue     QueueConfig     `yaml:"queue"`
-	Webhooks  WebhooksConfig  `yaml:"webhooks"`
-	Runs      RunsConfig      `yaml:"runs"`
-	Metrics   MetricsConfig   `yaml:"metrics"`
-	Storage   StorageConfig   `yaml:"storage"`
-	Artifacts ArtifactsConfig `yaml:"artifacts"`
+	Log      LogConfig      `yaml:"log"`
+	HTTP     HTTPConfig     `yaml:"http"`
+	Agents   AgentsConfig   `yaml:"agents"`
+	Queue    QueueConfig    `yaml:"queue"`
+	Webhooks WebhooksConfig `yaml:"webhooks"`
+	Runs     RunsConfig     `yaml:"runs"`
+	Metrics  MetricsConfig  `yaml:"metrics"`
+	Storage  StorageConfig  `yaml:"storage"`
+
+	// Scalers start agents on demand (docs/scalers.md); ScalerCaps bound
+	// them all.
+	Scalers    []scaler.Config `yaml:"scalers"`
+	ScalerCaps scaler.Caps     `yaml:"scaler_caps"`
+	Artifacts  ArtifactsConfig `yaml:"artifacts"`
 }
 
 // ArtifactsConfig bounds the artifacts jobs upload (docs/storage.md).
@@ -205,7 +211,8 @@ func DefaultConfig() Config {
 			Backend: "filesystem",
 			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
-		Artifacts: ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
+		Artifacts:  ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
+		ScalerCaps: scaler.DefaultCaps(),
 	}
 }
 
@@ -294,6 +301,9 @@ func eachField(v reflect.Value, prefix string, fn func(key string, v reflect.Val
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		key := prefix + f.Tag.Get("yaml")
+		if f.Type.Kind() == reflect.Slice {
+			continue // scalers: a list, set only in the file
+		}
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
 			if err := eachField(v.Field(i), key+".", fn); err != nil {
 				return err
@@ -323,6 +333,12 @@ func setField(v reflect.Value, raw string) error {
 			return fmt.Errorf("%q is not true or false", raw)
 		}
 		v.SetBool(b)
+	case v.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", raw)
+		}
+		v.SetFloat(f)
 	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
@@ -449,6 +465,7 @@ func (c *Config) Validate() error {
 	if c.Artifacts.MaxBytes < 1 {
 		errs = append(errs, fmt.Errorf("artifacts.max_bytes must be at least 1, got %d", c.Artifacts.MaxBytes))
 	}
+	errs = append(errs, scaler.Validate(c.Scalers, c.ScalerCaps)...)
 	return errors.Join(errs...)
 }
 

@@ -143,8 +143,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		creds = sourceCredentials{sources}
 	}
 	// The fleet serves agents; what its store operations commit goes to
-	// the engine through fl.Effects().
-	fl, err := fleet.New(db, logs, creds, fleetConfig(cfg, opts.Clock, log))
+	// the engine through fl.Effects(). The scalers start agents for the
+	// jobs it leaves waiting.
+	scalers, err := newScalers(cfg, db, opts, log.With("part", "scaler"))
+	if err != nil {
+		return err
+	}
+	fcfg := fleetConfig(cfg, opts.Clock, log)
+	fcfg.Scaler = fleetScaler(scalers)
+	fl, err := fleet.New(db, logs, creds, fcfg)
 	if err != nil {
 		return err
 	}
@@ -153,12 +160,16 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if scalers != nil {
+		scalers.SetFleet(fl)
+		scalers.SetHooks(met.ScalerHooks())
+	}
 	// The engine wakes and cancels jobs through the fleet, applies what the
 	// fleet commits, and tells the metrics what it did.
 	eng := engine.New(db, fl, engine.Config{
 		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
 		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
-		Hooks: met.EngineHooks(),
+		Hooks: met.EngineHooks(), Scalers: engineScalers(scalers),
 	})
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
@@ -182,7 +193,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", metricsOnMain(db, met, log))
 	}
-	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout}); err != nil {
+	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
 		return err
 	}
 
@@ -234,6 +245,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		defer t.Stop()
 		return srv.Shutdown(sctx)
 	})
+	if scalers != nil {
+		scalers.SetServerURL(s.URL)
+		g.Go(func() error { return scalers.Run(gctx) })
+	}
 	if cfg.LocalAgents > 0 {
 		la := &localAgents{db: db, cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
 		g.Go(func() error { return la.Run(gctx) })

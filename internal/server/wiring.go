@@ -11,6 +11,7 @@ import (
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -40,6 +41,7 @@ type apiDeps struct {
 	logs    *logstore.Store
 	arts    *artifacts.Service
 	log     *slog.Logger
+	scalers *scaler.Manager
 	// writeTimeout is http.write_timeout, taken per write by log follows.
 	writeTimeout time.Duration
 }
@@ -47,7 +49,7 @@ type apiDeps struct {
 // mountAPI puts the REST API, /health and /ready on mux.
 func mountAPI(mux *http.ServeMux, d apiDeps) error {
 	h, err := api.New(api.Deps{
-		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet},
+		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
 		Artifacts: d.arts,
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
@@ -75,3 +77,25 @@ func (v fleetView) Agents() []api.AgentView {
 
 func (v fleetView) Drain(id string) error          { return v.f.Drain(id) }
 func (v fleetView) DisconnectToken(tokenID string) { v.f.DisconnectToken(tokenID) }
+
+// scalersView adapts the scaler manager to what the API shows (nil: none).
+func scalersView(m *scaler.Manager) api.Scalers {
+	if m == nil {
+		return nil
+	}
+	return scalerView{m}
+}
+
+type scalerView struct{ m *scaler.Manager }
+
+func (v scalerView) Statuses() []api.ScalerView {
+	ss := v.m.Statuses()
+	out := make([]api.ScalerView, len(ss))
+	for i, s := range ss {
+		out[i] = api.ScalerView{Name: s.Name, Type: s.Type, Labels: s.Labels, Mandatory: s.Mandatory, Active: s.Active,
+			Spawning: s.Spawning, MaxAgents: s.MaxAgents, WarmReady: s.WarmReady, WarmTarget: s.WarmTarget,
+			ConsecutiveFailures: s.ConsecutiveFailures, LastError: s.LastError, LastErrorAt: s.LastErrorAt,
+			RetryAt: s.RetryAt, Retiring: s.Retiring}
+	}
+	return out
+}
