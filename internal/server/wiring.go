@@ -47,7 +47,7 @@ type apiDeps struct {
 }
 
 // mountAPI puts the REST API, /health and /ready on mux.
-func mountAPI(mux *http.ServeMux, d apiDeps) error {
+func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
 		Artifacts: d.arts,
@@ -55,7 +55,7 @@ func mountAPI(mux *http.ServeMux, d apiDeps) error {
 	if err != nil {
 		return err
 	}
-	mux.Handle("/", h)
+	mux.Handle("/", wrap(h))
 	return nil
 }
 
