@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kilnci/kiln/internal/artifacts"
 	"io"
 	"net"
 	"net/url"
@@ -53,8 +54,14 @@ type Config struct {
 	// them all.
 	Scalers    []scaler.Config `yaml:"scalers"`
 	ScalerCaps scaler.Caps     `yaml:"scaler_caps"`
+	Artifacts  ArtifactsConfig `yaml:"artifacts"`
 
 	Cluster ClusterConfig `yaml:"cluster"`
+}
+
+// ArtifactsConfig bounds the artifacts jobs upload (docs/storage.md).
+type ArtifactsConfig struct {
+	MaxBytes int64 `yaml:"max_bytes" doc:"the largest artifact kiln stores, in bytes as uploaded (a gzipped tar); a larger upload fails the job"`
 }
 
 // ClusterConfig configures how servers sharing one PostgreSQL database know
@@ -73,14 +80,15 @@ type LogConfig struct {
 
 // HTTPConfig bounds how long a client may hold the HTTP server's
 // resources: every request's headers and body, idle keep-alive
-// connections, and each write of a response. Streamed responses (log
-// follows) and agent connections at /ws take write_timeout per write and
-// clear read_timeout, which would otherwise end them.
+// connections, and each write of a response (a deadline per write, so a
+// long response its client keeps reading is never cut off). Streamed
+// responses (log follows) and agent connections at /ws clear read_timeout,
+// which would otherwise end them.
 type HTTPConfig struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" doc:"a request's headers must arrive within this"`
 	ReadTimeout       time.Duration `yaml:"read_timeout" doc:"a request's headers and body must arrive within this (a slower webhook is cut off)"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout" doc:"a keep-alive connection idle this long is closed"`
-	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"a response (or each write of a streamed one) must be taken by the client within this"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"each write of a response must be taken by the client within this (per write, not for the whole response)"`
 }
 
 // The HTTP server's default timeouts (docs/configuration.md).
@@ -219,6 +227,7 @@ func DefaultConfig() Config {
 			Backend: "filesystem",
 			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
+		Artifacts:  ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
 		ScalerCaps: scaler.DefaultCaps(),
 	}
 }
@@ -479,6 +488,9 @@ func (c *Config) Validate() error {
 		add("metrics.backpressure_threshold must be at least 1, got %d", c.Metrics.BackpressureThreshold)
 	}
 	errs = append(errs, c.Storage.validate()...)
+	if c.Artifacts.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("artifacts.max_bytes must be at least 1, got %d", c.Artifacts.MaxBytes))
+	}
 	errs = append(errs, scaler.Validate(c.Scalers, c.ScalerCaps)...)
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/kilnci/kiln/internal/artifacts"
 	"log/slog"
 	"net"
 	"net/http"
@@ -53,6 +54,7 @@ type apiDeps struct {
 	proc    *ingress.Processor
 	sources *ingress.Sources
 	logs    *logstore.Store
+	arts    *artifacts.Service
 	log     *slog.Logger
 	scalers *scaler.Manager
 	// writeTimeout is http.write_timeout, taken per write by log follows.
@@ -60,14 +62,15 @@ type apiDeps struct {
 }
 
 // mountAPI puts the REST API, /health and /ready on mux.
-func mountAPI(mux *http.ServeMux, d apiDeps) error {
+func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
+		Artifacts: d.arts,
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err
 	}
-	mux.Handle("/", h)
+	mux.Handle("/", wrap(h))
 	return nil
 }
 
