@@ -91,7 +91,7 @@ func (s *server) agents(ctx context.Context) ([]Agent, error) {
 			byID[rec.ID] = a
 			continue
 		}
-		if rec.Connected && rec.CoordinatorURL != "" {
+		if rec.Connected && rec.CoordinatorURL != "" && rec.Coordinator != s.Coordinator {
 			// B145: connected to another server sharing the database
 			// (whose row is alive: a dead one's agents are disconnected
 			// by the leader).

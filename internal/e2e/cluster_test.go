@@ -75,8 +75,13 @@ jobs:
 	secret, _ := agentToken(t, ca, api.CreateTokenRequest{Name: "cluster"})
 	other, _ := agentToken(t, ca, api.CreateTokenRequest{Name: "other"})
 	agents := map[string]*proc{}
+	a1State := scratchDir(t)
 	for _, id := range []string{"a1", "a2"} {
-		agents[id] = startAgent(t, srvA.URL, secret, agentOpts{id: id})
+		o := agentOpts{id: id}
+		if id == "a1" {
+			o.stateDir = a1State
+		}
+		agents[id] = startAgent(t, srvA.URL, secret, o)
 	}
 	for _, id := range []string{"a1", "a2"} {
 		waitConnected(t, ca, id)
@@ -110,11 +115,16 @@ jobs:
 			return len(got) == 4, fmt.Sprintf("%+v", as)
 		})
 	}
-	// B144: the id a1, held on A, is refused to another token on B.
+	// B144: the id a1, held on A, is refused to another token on B, even
+	// with a1's own secret.
+	a1Secret, err := os.ReadFile(filepath.Join(a1State, "agent-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	raw := dialRaw(t, srvB.URL)
 	raw.send(&proto.Auth{ProtocolVersion: proto.Version, Token: other})
 	expectFrame[*proto.AuthOK](raw)
-	raw.send(&proto.Register{AgentID: "a1", Labels: []string{"x"}, MaxJobs: 1, OS: "linux", Arch: "amd64"})
+	raw.send(&proto.Register{AgentID: "a1", AgentSecret: strings.TrimSpace(string(a1Secret)), Labels: []string{"x"}, MaxJobs: 1, OS: "linux", Arch: "amd64"})
 	if e, _, _ := raw.refused(); e.Code != proto.ErrAgentIDInUse {
 		t.Fatalf("a1 registered on B with another token: %+v", e)
 	}

@@ -57,6 +57,8 @@ type apiDeps struct {
 	arts    *artifacts.Service
 	log     *slog.Logger
 	scalers *scaler.Manager
+	// coordinator is this server's id in the cluster.
+	coordinator string
 	// writeTimeout is http.write_timeout, taken per write by log follows.
 	writeTimeout time.Duration
 }
@@ -65,7 +67,7 @@ type apiDeps struct {
 func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
-		Artifacts: d.arts,
+		Artifacts: d.arts, Coordinator: d.coordinator,
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err
