@@ -22,8 +22,10 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/server"
 	"github.com/kilnci/kiln/internal/waittest"
@@ -45,10 +47,11 @@ func addHookSource(t testing.TB, s *kilnServer) string {
 	return "/webhook/generic/hook"
 }
 
-// shortHTTPTimeouts sets every HTTP timeout to one second.
+// shortHTTPTimeouts sets the read and write timeouts to one second. (The
+// idle timeout stays long: a client reusing a kept-alive connection just as
+// the server closes it gets EOF, which is the idle test's alone.)
 func shortHTTPTimeouts(c *server.Config) {
-	c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout = time.Second, time.Second
-	c.HTTP.IdleTimeout, c.HTTP.WriteTimeout = time.Second, time.Second
+	c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout = time.Second, time.Second, time.Second
 }
 
 // closedByServer reads conn until the server closes it, and fails the test
@@ -112,21 +115,9 @@ func TestSlowClientsAreCutOffAndStreamsOutliveTheTimeouts(t *testing.T) {
 	}
 	defer head.Close()
 	fmt.Fprintf(head, "POST %s HTTP/1.1\r\nHost: kiln\r\n", hook)
-	// A kept-alive connection is closed after idle_timeout.
-	idle, err := net.Dial("tcp", s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idle.Close()
-	fmt.Fprintf(idle, "GET /health HTTP/1.1\r\nHost: kiln\r\n\r\n")
-	br := bufio.NewReader(idle)
-	if status, err := br.ReadString('\n'); err != nil || !strings.Contains(status, "200") {
-		t.Fatalf("GET /health: %q %v", status, err)
-	}
 
 	closedByServer(t, body, 20*time.Second, "a trickling body")
 	closedByServer(t, head, 20*time.Second, "unfinished headers")
-	closedByServer(t, idle, 20*time.Second, "an idle keep-alive connection")
 
 	// Well past every timeout, the agent's socket and the follow still work.
 	for time.Since(connected) < 3*time.Second {
@@ -150,6 +141,25 @@ func TestSlowClientsAreCutOffAndStreamsOutliveTheTimeouts(t *testing.T) {
 		t.Fatalf("the agent's connection ended: %v", r.err)
 	default:
 	}
+}
+
+// A kept-alive connection left idle is closed after http.idle_timeout.
+//
+// B101: read-header, read, idle and per-write timeouts.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) { c.HTTP.IdleTimeout = time.Second })
+	idle, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	fmt.Fprintf(idle, "GET /health HTTP/1.1\r\nHost: kiln\r\n\r\n")
+	br := bufio.NewReader(idle)
+	if status, err := br.ReadString('\n'); err != nil || !strings.Contains(status, "200") {
+		t.Fatalf("GET /health: %q %v", status, err)
+	}
+	closedByServer(t, idle, 20*time.Second, "an idle keep-alive connection")
 }
 
 // dialFrom upgrades a connection to /ws from the loopback address local
@@ -409,5 +419,62 @@ func TestWebhooksBeyondTheUnverifiedCapGet503(t *testing.T) {
 	})
 	if code := postHook(t, s, hook, "after", body); code != http.StatusAccepted {
 		t.Fatalf("a delivery after the slow one was cut off got %d, want 202", code)
+	}
+}
+
+// An agent-token holder that writes 22 MiB into one step gets 10 MiB of
+// it stored — the executor's own cap, enforced by the server — and a
+// marker line saying the server truncated it; every frame is still
+// acknowledged, so an honest agent would not replay the dropped lines.
+//
+// B104: the server enforces the per-step log cap.
+func TestAnAgentCannotStoreMoreThanTheStepLogCap(t *testing.T) {
+	t.Parallel()
+	if logstore.DefaultMaxStepBytes != executor.DefaultMaxLogBytesPerStep {
+		t.Fatalf("the server's cap (%d) is not the executor's (%d)", logstore.DefaultMaxStepBytes, executor.DefaultMaxLogBytesPerStep)
+	}
+	s := startServer(t)
+	localRun(t, s, map[string]string{"held": heldWorkflow(t.TempDir())})
+	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
+	run := triggerOne(t, s.Client, "app")
+	r, d := rawHolder(t, s, secret, true)
+
+	text := strings.Repeat("x", proto.MaxLineBytes-1) // 64 KiB a line with its newline
+	var seq uint64
+	for range 6 { // 6 frames of 60 lines: 22.5 MiB
+		lines := make([]proto.LogLine, 60)
+		for i := range lines {
+			seq++
+			lines[i] = proto.LogLine{Seq: seq, Stream: "stdout", Text: text, TimeMS: time.Now().UnixMilli()}
+		}
+		r.send(&proto.Log{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Step: 0, Lines: lines})
+	}
+	sent := r.seq
+	waittest.UntilState(t, 30*time.Second, "every log frame to be acknowledged", func() (bool, string) {
+		for {
+			select {
+			case m := <-r.frames:
+				if a, ok := m.(*proto.Ack); ok && a.Seq >= sent {
+					return true, ""
+				}
+			default:
+				return false, ""
+			}
+		}
+	})
+
+	var stored int64
+	var last api.LogLine
+	err := s.Client.Logs(bg, run.ID, api.LogQuery{Job: "held"}, func(l api.LogLine) error {
+		stored += int64(len(l.Text)) + 1
+		last = l
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stored %d bytes of 22.5 MiB; the last line: %.90q", stored, last.Text)
+	if stored > logstore.DefaultMaxStepBytes+1024 || !strings.HasPrefix(last.Text, logstore.TruncatedByServer) || last.Stream != "system" {
+		t.Fatalf("stored %d bytes (cap %d), last line %.90q", stored, logstore.DefaultMaxStepBytes, last.Text)
 	}
 }

@@ -62,14 +62,15 @@ type LogConfig struct {
 
 // HTTPConfig bounds how long a client may hold the HTTP server's
 // resources: every request's headers and body, idle keep-alive
-// connections, and each write of a response. Streamed responses (log
-// follows) and agent connections at /ws take write_timeout per write and
-// clear read_timeout, which would otherwise end them.
+// connections, and each write of a response (a deadline per write, so a
+// long response its client keeps reading is never cut off). Streamed
+// responses (log follows) and agent connections at /ws clear read_timeout,
+// which would otherwise end them.
 type HTTPConfig struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" doc:"a request's headers must arrive within this"`
 	ReadTimeout       time.Duration `yaml:"read_timeout" doc:"a request's headers and body must arrive within this (a slower webhook is cut off)"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout" doc:"a keep-alive connection idle this long is closed"`
-	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"a response (or each write of a streamed one) must be taken by the client within this"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"each write of a response must be taken by the client within this (per write, not for the whole response)"`
 }
 
 // The HTTP server's default timeouts (docs/configuration.md).

@@ -46,7 +46,7 @@ type metricsListener struct {
 
 func listenMetrics(ln net.Listener, hc HTTPConfig, m *metrics.Metrics, log *slog.Logger) *metricsListener {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", perWriteDeadlines(m.Handler(), hc.WriteTimeout))
 	return &metricsListener{ln: ln, srv: newHTTPServer(hc, mux, log)}
 }
 

@@ -181,11 +181,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", fl.Handler())
-	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
+	perWrite := func(h http.Handler) http.Handler { return perWriteDeadlines(h, cfg.HTTP.WriteTimeout) }
+	mux.Handle("POST /webhook/{kind}/{source}", perWrite(http.HandlerFunc(proc.Webhook)))
 	if cfg.Metrics.Listen == "" {
-		mux.Handle("GET /metrics", metricsOnMain(db, met, log))
+		mux.Handle("GET /metrics", perWrite(metricsOnMain(db, met, log)))
 	}
-	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
+	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
 		return err
 	}
 
@@ -254,14 +255,14 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 }
 
 // newHTTPServer is an HTTP server with the configured timeouts: a client
-// holds a connection only as long as its headers, body, idle keep-alive and
-// each response take (B101). WriteTimeout is a deadline for a whole
-// ordinary response; the streaming handlers (the log follow, /ws) replace
-// it with a deadline per write and clear the read deadline.
+// holds a connection only as long as its headers, body and idle keep-alive
+// take (B101); the handlers give each write its own deadline
+// (perWriteDeadlines), and the streaming ones (the log follow, /ws) clear
+// the read deadline, which would end them.
 func newHTTPServer(c HTTPConfig, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler: h, ReadHeaderTimeout: c.ReadHeaderTimeout, ReadTimeout: c.ReadTimeout,
-		IdleTimeout: c.IdleTimeout, WriteTimeout: c.WriteTimeout, MaxHeaderBytes: maxHeaderBytes,
+		IdleTimeout: c.IdleTimeout, MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

@@ -45,14 +45,14 @@ type apiDeps struct {
 }
 
 // mountAPI puts the REST API, /health and /ready on mux.
-func mountAPI(mux *http.ServeMux, d apiDeps) error {
+func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err
 	}
-	mux.Handle("/", h)
+	mux.Handle("/", wrap(h))
 	return nil
 }
 
