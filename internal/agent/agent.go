@@ -15,9 +15,11 @@ import (
 // agent is one agent process's state: its identity, its jobs, the outbox and
 // the current connection. Run creates it.
 type agent struct {
-	cfg    Config
-	url    string
-	id     string
+	cfg Config
+	url string
+	id  string
+	// secret proves the agent owns id (B113); sent in every register.
+	secret string
 	labels kiln.Labels
 	log    *slog.Logger
 	now    func() time.Time
@@ -36,6 +38,7 @@ type agent struct {
 	stopping bool
 	sess     *session      // the registered connection; nil when there is none
 	change   chan struct{} // closed and replaced whenever jobs, drain or stop change
+	lease    lease
 }
 
 var (
@@ -68,8 +71,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return kiln.Errorf(kiln.CodeInvalid, "%s", err.Error())
 	}
+	leaseFile := ""
 	if cfg.Runner == nil {
-		r, err := newDefaultRunner(cfg)
+		path, remove, err := leaseFilePath(cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		leaseFile = path
+		r, err := newDefaultRunner(cfg, leaseFile)
 		if err != nil {
 			return err
 		}
@@ -79,6 +89,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	a.lease.file = leaseFile
 	return a.run(ctx)
 }
 
@@ -91,8 +102,12 @@ func newAgent(cfg Config) (*agent, error) {
 			return nil, err
 		}
 	}
+	secret, err := agentSecret(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a := &agent{
-		cfg: cfg, url: url, id: id, labels: effectiveLabels(cfg.Labels),
+		cfg: cfg, url: url, id: id, secret: secret, labels: effectiveLabels(cfg.Labels),
 		log: cfg.Logger, now: cfg.Clock,
 		out:    newOutbox(cfg.BufferFrames, cfg.MaxFrameLines, cfg.Clock),
 		jobs:   map[string]*job{},
@@ -106,6 +121,7 @@ func newAgent(cfg Config) (*agent, error) {
 func (a *agent) run(ctx context.Context) error {
 	defer a.cancelJobs()
 	defer a.stopNow()
+	defer a.stopLeaseTimer()
 	a.log.Info("agent starting", "agent_id", a.id, "server", a.url, "labels", a.labels.Key(), "max_jobs", a.cfg.MaxJobs)
 	// life bounds every connection; it ends StopTimeout after a hard stop.
 	life, endLife := context.WithCancel(context.Background())
@@ -124,6 +140,8 @@ func (a *agent) run(ctx context.Context) error {
 			a.waitUntil(life, a.noneRunning)
 			return nil
 		}
+		a.checkLease()
+		a.waitUntil(life, a.noLostRunning)
 		registered, err := a.session(life)
 		var fatal *fatalError
 		switch {
@@ -320,17 +338,19 @@ func (a *agent) sendStatus() {
 	}
 }
 
-// registration is the register frame for a new connection.
+// registration is the register frame for a new connection. Jobs the lease
+// stopped are not listed: the orchestrator ends them as lost (B126).
 func (a *agent) registration() *proto.Register {
+	a.checkLease()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	reg := &proto.Register{
-		AgentID: a.id, Labels: a.labels, MaxJobs: a.cfg.MaxJobs,
+		AgentID: a.id, AgentSecret: a.secret, Labels: a.labels, MaxJobs: a.cfg.MaxJobs,
 		Hostname: clip(a.cfg.Hostname, proto.MaxMetadataLen), OS: goos, Arch: goarch,
 		Version: clip(a.cfg.Version, proto.MaxMetadataLen), Draining: a.draining,
 	}
 	for _, j := range a.jobs {
-		if j.dropped || len(reg.InFlight) == proto.MaxInFlight {
+		if j.dropped || j.lost || len(reg.InFlight) == proto.MaxInFlight {
 			continue
 		}
 		reg.InFlight = append(reg.InFlight, proto.InFlight{JobID: j.id, RunID: j.run, LeaseEpoch: j.epoch, Started: j.exec != nil})
@@ -343,3 +363,11 @@ const (
 	goos   = runtime.GOOS
 	goarch = runtime.GOARCH
 )
+
+func (a *agent) stopLeaseTimer() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lease.timer != nil {
+		a.lease.timer.Stop()
+	}
+}

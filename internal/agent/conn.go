@@ -22,6 +22,10 @@ type session struct {
 	ctx  context.Context // ends with the session
 
 	heartbeat, jobHeartbeat time.Duration
+	// pings carries the send times of heartbeats to the pinger, which
+	// extends the lease when the orchestrator answers the ping after one.
+	pings       chan time.Time
+	pingTimeout time.Duration
 
 	mu       sync.Mutex
 	readErr  error        // why reading ended: the close code lives here
@@ -49,6 +53,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 	// A hard stop abandons a connection not yet registered: it has
 	// nothing to flush.
 	defer context.AfterFunc(a.stopCtx, cancel)()
+	began := a.now() // the orchestrator cannot have heard from this connection before
 	conn, _, err := websocket.Dial(hctx, a.url, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"kiln-agent/" + a.cfg.Version}},
 		HTTPClient: noRedirects,
@@ -62,13 +67,19 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 
 	ctx, stop := context.WithCancel(life)
 	defer stop()
-	s := &session{a: a, conn: conn, ctx: ctx}
+	s := &session{a: a, conn: conn, ctx: ctx, pings: make(chan time.Time, 1)}
 	reg, ack, err := s.handshake(hctx)
 	if err != nil {
 		return false, s.outcome(err)
 	}
 	cancel()
-	s.registered(ack)
+	if a.lostSince(reg) {
+		// The orchestrator now holds for this agent a job the lease
+		// stopped meanwhile: register again without it (B126).
+		conn.Close(websocket.StatusNormalClosure, "the agent's lease ran out during registration")
+		return false, errors.New("the agent's lease ran out while it registered; registering again without the stopped jobs")
+	}
+	s.registered(ack, began)
 	defer s.disconnected()
 	if !reg.Draining {
 		a.mu.Lock()
@@ -83,6 +94,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 	g.Go(func() error { return s.readLoop(gctx) })
 	g.Go(func() error { return s.writeLoop(gctx) })
 	g.Go(func() error { return s.heartbeats(gctx) })
+	g.Go(func() error { return s.pinger(gctx) })
 	g.Go(func() error { return s.finisher(gctx) })
 	return true, s.outcome(g.Wait())
 }
@@ -169,10 +181,13 @@ func (s *session) undecodable(b []byte, err error) {
 
 // registered makes s the agent's connection: the jobs the orchestrator
 // dropped are stopped and their frames discarded before anything is replayed.
-func (s *session) registered(ack *proto.RegisterAck) {
+func (s *session) registered(ack *proto.RegisterAck, began time.Time) {
 	s.heartbeat = msOr(ack.HeartbeatIntervalMS, s.a.cfg.HeartbeatInterval)
 	s.jobHeartbeat = msOr(ack.JobHeartbeatIntervalMS, s.a.cfg.JobHeartbeatInterval)
+	_, afterLoss := leaseTimings(ack)
+	s.pingTimeout = pingTimeout(afterLoss, s.heartbeat)
 	a := s.a
+	a.startLease(ack, began)
 	var drop []Execution
 	a.mu.Lock()
 	a.sess = s
@@ -199,6 +214,10 @@ func (s *session) disconnected() {
 	}
 	a.changedLocked()
 	a.mu.Unlock()
+	s.mu.Lock()
+	readErr := s.readErr
+	s.mu.Unlock()
+	a.connectionLost(readErr)
 	a.out.offline(a.now())
 }
 
@@ -273,10 +292,16 @@ func (s *session) heartbeats(ctx context.Context) error {
 			return nil
 		case <-hb.C:
 			a := s.a
+			sent := a.now()
 			a.mu.Lock()
-			m := &proto.Heartbeat{Time: a.now(), ActiveJobs: a.runningLocked(), Draining: a.draining}
+			m := &proto.Heartbeat{Time: sent, ActiveJobs: a.runningLocked(), Draining: a.draining}
 			a.mu.Unlock()
-			s.sendLogged(m)
+			if s.write(ctx, m) == nil {
+				select {
+				case s.pings <- sent:
+				default: // a ping is still waiting for its answer
+				}
+			}
 		case <-jhb.C:
 			for _, m := range s.a.jobHeartbeats() {
 				s.sendLogged(m)
@@ -285,12 +310,38 @@ func (s *session) heartbeats(ctx context.Context) error {
 	}
 }
 
+// pinger pings the orchestrator after each heartbeat. Its answer means
+// the heartbeat was read (frames are read in order), so the orchestrator
+// heard from the agent at or after the heartbeat's send time, which extends
+// the lease (B126). No answer within the ping timeout ends the connection:
+// it is dead, or too slow to count on.
+func (s *session) pinger(ctx context.Context) error {
+	for {
+		var sent time.Time
+		select {
+		case <-ctx.Done():
+			return nil
+		case sent = <-s.pings:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.pingTimeout)
+		err := s.conn.Ping(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return fmt.Errorf("the orchestrator did not answer a ping within %s: %w", s.pingTimeout, err)
+		}
+		s.a.heardAt(s, sent)
+	}
+}
+
 func (a *agent) jobHeartbeats() []*proto.JobHeartbeat {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []*proto.JobHeartbeat
 	for _, j := range a.jobs {
-		if !j.done && !j.dropped && j.exec != nil {
+		if !j.done && !j.dropped && !j.lost && j.exec != nil {
 			out = append(out, &proto.JobHeartbeat{JobID: j.id, LeaseEpoch: j.epoch})
 		}
 	}
@@ -371,6 +422,9 @@ func (s *session) outcome(err error) error {
 	case proto.CloseProtocol:
 		return &fatalError{fmt.Errorf("the orchestrator does not speak protocol version %d (close %d%s); upgrade the agent or the orchestrator", proto.Version, ce.Code, detail)}
 	case proto.CloseAuthFailed:
+		if lastErr != nil && lastErr.Code == proto.ErrAgentIDBound {
+			return &fatalError{fmt.Errorf("the orchestrator refused the agent id (close %d%s)", ce.Code, detail)}
+		}
 		return &fatalError{fmt.Errorf("the orchestrator refused the agent token: it is unknown, revoked, expired, already used or does not allow these labels (close %d%s)", ce.Code, detail)}
 	case proto.CloseTokenRevoked:
 		return &fatalError{fmt.Errorf("the agent token was revoked (close %d%s)", ce.Code, detail)}

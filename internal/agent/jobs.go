@@ -21,6 +21,9 @@ type job struct {
 	dropped bool
 	// forceCancel: a hard stop came before the execution existed.
 	forceCancel bool
+	// lost: the agent's lease ran out while the job ran (B126); it is
+	// stopped, and neither reported nor listed at the next registration.
+	lost bool
 }
 
 // runningLocked counts the jobs that occupy a slot.
@@ -57,6 +60,10 @@ func (a *agent) dispatch(s *session, d *proto.Dispatch) {
 		a.mu.Unlock()
 		reject(proto.RejectDraining, "the agent is draining")
 		return
+	case a.leaseLapsedLocked():
+		a.mu.Unlock()
+		reject(proto.RejectBusy, "the agent has not heard from the orchestrator within its lease")
+		return
 	case a.runningLocked() >= a.cfg.MaxJobs:
 		a.mu.Unlock()
 		reject(proto.RejectBusy, fmt.Sprintf("the agent runs %d jobs at most", a.cfg.MaxJobs))
@@ -85,7 +92,7 @@ func (a *agent) dispatch(s *session, d *proto.Dispatch) {
 
 	a.mu.Lock()
 	j.exec = exec
-	force := j.forceCancel || j.dropped
+	force := j.forceCancel || j.dropped || j.lost
 	a.mu.Unlock()
 	if force {
 		exec.Cancel(true)
@@ -97,6 +104,20 @@ func (a *agent) dispatch(s *session, d *proto.Dispatch) {
 // await reports a job's end: its final status, then the freed slot.
 func (a *agent) await(j *job) {
 	res := j.exec.Wait()
+	// A result that arrives after the lease ran out is not reported, even
+	// when the agent was frozen while the step ended (B126).
+	a.checkLease()
+	a.mu.Lock()
+	if j.lost {
+		j.done = true
+		a.removeLocked(j)
+		a.changedLocked()
+		a.mu.Unlock()
+		a.log.Warn("job stopped: the agent's lease ran out", "job_id", j.id, "result", res.Status)
+		a.sendStatus()
+		return
+	}
+	a.mu.Unlock()
 	st := finalStatus(res)
 	st.JobID, st.LeaseEpoch, st.Time = j.id, j.epoch, a.now()
 	seq := a.out.addStatus(j.id, j.epoch, st) // 0 if discarded
@@ -117,7 +138,7 @@ func (a *agent) removeLocked(j *job) {
 	if a.jobs[j.id] == j {
 		delete(a.jobs, j.id)
 	}
-	if j.dropped {
+	if j.dropped || j.lost {
 		a.out.forget(j.id)
 	}
 }

@@ -26,6 +26,9 @@ func (s *server) table() []route {
 		{"POST", "/api/v1/runs/{run}/rerun", false, s.rerunRun},
 		{"POST", "/api/v1/runs/{run}/approve", false, s.approveRun},
 		{"GET", "/api/v1/runs/{run}/logs", false, s.runLogs},
+		{"GET", "/api/v1/runs/{run}/artifacts", false, s.listArtifacts},
+		{"GET", "/api/v1/runs/{run}/artifacts/{name}", false, s.getArtifact},
+		{"GET", "/api/v1/runs/{run}/timeline", false, s.runTimeline},
 
 		{"POST", "/api/v1/dispatch", false, s.dispatch},
 		{"GET", "/api/v1/events", false, s.listEvents},
@@ -34,6 +37,7 @@ func (s *server) table() []route {
 		{"GET", "/api/v1/queue", false, s.queue},
 		{"GET", "/api/v1/agents", false, s.listAgents},
 		{"POST", "/api/v1/agents/{id}/drain", false, s.drainAgent},
+		{"GET", "/api/v1/scalers", false, s.listScalers},
 
 		{"GET", "/api/v1/tokens", false, s.listTokens},
 		{"POST", "/api/v1/tokens", false, s.createToken},

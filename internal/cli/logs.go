@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
@@ -43,7 +44,26 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 			prefix := q.Job == "" || q.Step == nil
 			colour := isTerminal(e.stdout)
 			out := bufio.NewWriter(e.stdout)
-			err = c.Logs(cmd.Context(), args[0], q, func(l api.LogLine) error {
+			if !asJSON && q.Step == nil && q.After == 0 {
+				if err := printProvisioning(cmd, c, out, args[0], q.Job); err != nil {
+					return err
+				}
+			}
+			// One read returns at most a limit of lines. Without --limit,
+			// one step's log is read page after page (after the last seq),
+			// and a read of several steps that fills its limit says so
+			// (B130): a log is never cut short silently.
+			paging := !q.Follow && q.Limit == 0 && q.Job != "" && q.Step != nil
+			limit := q.Limit
+			if !q.Follow && limit == 0 {
+				limit = logReadLimit
+				q.Limit = limit
+			}
+			var n int
+			var last api.LogLine
+			emit := func(l api.LogLine) error {
+				n++
+				last = l
 				switch {
 				case asJSON:
 					b, _ := json.Marshal(l)
@@ -57,7 +77,20 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 					return out.Flush()
 				}
 				return nil
-			})
+			}
+			for {
+				n = 0
+				err = c.Logs(cmd.Context(), args[0], q, emit)
+				if err != nil || !paging || n < limit {
+					break
+				}
+				q.After = last.Seq
+			}
+			if err == nil && !q.Follow && !paging && n >= limit && limit > 0 {
+				fmt.Fprintf(e.stderr, "kiln: stopped after %d lines, the limit of one read; the log goes on after %s step %d line %d: "+
+					"read one step at a time (JOB --step N reads all of it) or give a larger --limit (at most %d)\n",
+					n, terminalSafe(last.Job, false), last.Step, last.Seq, logMaxLimit)
+			}
 			if ferr := out.Flush(); err == nil {
 				err = ferr
 			}
@@ -75,9 +108,28 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 	fs.BoolVarP(&q.Follow, "follow", "f", false, "print new lines as they arrive, until the jobs finish")
 	fs.IntVar(&step, "step", 0, "only this step (its index; -1 is the checkout)")
 	fs.Uint64Var(&q.After, "after", 0, "only lines after this sequence number (with JOB and --step)")
-	fs.IntVar(&q.Limit, "limit", 0, "at most this many lines (without --follow; default 10000)")
+	fs.IntVar(&q.Limit, "limit", 0, "at most this many lines (without --follow; default 10000, and all of one step's with JOB and --step)")
 	fs.BoolVar(&asJSON, "json", false, "print each line as a JSON object")
 	return cmd
+}
+
+// printProvisioning prints the provisioning section: what the scalers did
+// to start the agents of the run's jobs (or JOB's), as job/provisioning
+// lines before the steps' logs.
+func printProvisioning(cmd *cobra.Command, c *api.Client, out *bufio.Writer, run, job string) error {
+	tl, err := c.Timeline(cmd.Context(), run)
+	if err != nil {
+		return apiError(err)
+	}
+	for _, ev := range tl.Events {
+		if job != "" && ev.Job != job && ev.JobID != job {
+			continue
+		}
+		for _, l := range strings.Split(ev.Detail, "\n") {
+			fmt.Fprintf(out, "%s/provisioning | %s %s\n", terminalSafe(or(ev.Job), false), ev.Type, terminalSafe(l, false))
+		}
+	}
+	return nil
 }
 
 // reportJobs says on stderr how the followed jobs ended; exit 1 if one
@@ -102,3 +154,10 @@ func reportJobs(cmd *cobra.Command, e *env, c *api.Client, run, job string) erro
 	}
 	return nil
 }
+
+// The API's limits on one log read: its default, which the CLI asks for
+// explicitly so it knows when a read was full, and its maximum.
+const (
+	logReadLimit = 10000
+	logMaxLimit  = 100000
+)

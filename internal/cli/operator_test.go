@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -193,6 +194,37 @@ func TestLogsPrintAndFollow(t *testing.T) {
 	code, _, errOut = o.kiln(t, "logs", "1", "test", "-f")
 	if code != ExitFailure || !strings.Contains(errOut, "job test failed") {
 		t.Fatalf("follow a failed job: %d %s", code, errOut)
+	}
+}
+
+// A step's log longer than one read is printed whole, page after page,
+// when one step is asked for; a read of several steps that fills its limit
+// says on stderr where the log goes on, instead of stopping silently.
+// Proves B130.
+func TestLogsPageThroughOrSaySo(t *testing.T) {
+	o := newOp(t)
+	o.Dispatch(t)
+	l := o.Claim(t, "agent-1")
+	const n = 10050
+	for start := 1; start <= n; start += 1000 {
+		texts := make([]string, 0, 1000)
+		for i := start; i < start+1000 && i <= n; i++ {
+			texts = append(texts, fmt.Sprint("line ", i))
+		}
+		o.Log(t, l, 0, uint64(start), texts...)
+	}
+	out, errOut := o.ok2(t, "logs", "1", "build", "--step", "0")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != n || lines[0] != "line 1" || lines[n-1] != fmt.Sprint("line ", n) || errOut != "" {
+		t.Fatalf("one step: %d lines (%q … %q), stderr %q", len(lines), lines[0], lines[len(lines)-1], errOut)
+	}
+	out, errOut = o.ok2(t, "logs", "1")
+	if got := strings.Count(out, "\n"); got != 10000 {
+		t.Fatalf("several steps: %d lines", got)
+	}
+	contains(t, errOut, "stopped after 10000 lines", "build step 0 line 10000", "--step")
+	if _, errOut := o.ok2(t, "logs", "1", "--limit", "20000"); errOut != "" {
+		t.Fatalf("a read within its limit said %q", errOut)
 	}
 }
 

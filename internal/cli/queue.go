@@ -37,7 +37,7 @@ func newQueueCmd(e *env) *cobra.Command {
 				if len(w.ExcludeLabels) > 0 {
 					need += " !" + strings.Join(w.ExcludeLabels, ",!")
 				}
-				fmt.Fprintf(tw, "%s\t#%d\t%s\t%s\t%s\t%s\n", w.Job, w.RunNumber, w.Workflow, need, or(w.Reason), ago(w.Since))
+				fmt.Fprintf(tw, "%s\t#%d\t%s\t%s\t%s\t%s\n", w.Job, w.RunNumber, w.Workflow, need, safeField(or(reasonText(w.Reason, w.Since))), ago(w.Since))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -94,6 +94,11 @@ func newRunsShowCmd(e *env, cf *clientFlags) *cobra.Command {
 				return printJSON(e.stdout, run)
 			}
 			printRun(e.stdout, run)
+			tl, err := c.Timeline(cmd.Context(), run.ID)
+			if err != nil {
+				return apiError(err)
+			}
+			printTimeline(e.stdout, tl)
 			return nil
 		},
 	}
@@ -125,9 +130,9 @@ func printRun(w io.Writer, r api.Run) {
 	for _, j := range r.Jobs {
 		detail := j.Error
 		if j.PendingReason != "" {
-			detail = fmt.Sprintf("waiting %s: %s", strings.TrimSuffix(ago(j.PendingSince), " ago"), j.PendingReason)
+			detail = fmt.Sprintf("waiting %s: %s", strings.TrimSuffix(ago(j.PendingSince), " ago"), reasonText(j.PendingReason, j.PendingSince))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Status, or(j.AgentID), took(j.StartedAt, j.FinishedAt), detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Name, j.Status, or(j.AgentID), took(j.StartedAt, j.FinishedAt), safeField(firstLine(detail)))
 		for _, s := range j.Steps {
 			exit := "-"
 			if s.ExitCode != nil {

@@ -35,7 +35,7 @@ func fastConfig(dataDir string) server.Config {
 	a := &cfg.Agents
 	a.HeartbeatInterval, a.UnhealthyAfter, a.DropAfter = 250*time.Millisecond, 3*time.Second, 6*time.Second
 	a.JobHeartbeatInterval, a.StaleAfter = 250*time.Millisecond, 10*time.Second
-	a.AckTimeout, a.RecoveryWindow = 3*time.Second, 3*time.Second
+	a.AckTimeout, a.RecoveryWindow, a.LeaseMargin = 3*time.Second, 3*time.Second, 500*time.Millisecond
 	cfg.Queue.SweepInterval, cfg.Queue.RedriveInterval = 100*time.Millisecond, 500*time.Millisecond
 	// Tests start their agents after the run they trigger; on a loaded
 	// machine an agent process can take seconds to register, so only the

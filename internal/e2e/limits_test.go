@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,8 +22,10 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
+	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/server"
 	"github.com/kilnci/kiln/internal/waittest"
@@ -42,10 +47,11 @@ func addHookSource(t testing.TB, s *kilnServer) string {
 	return "/webhook/generic/hook"
 }
 
-// shortHTTPTimeouts sets every HTTP timeout to one second.
+// shortHTTPTimeouts sets the read and write timeouts to one second. (The
+// idle timeout stays long: a client reusing a kept-alive connection just as
+// the server closes it gets EOF, which is the idle test's alone.)
 func shortHTTPTimeouts(c *server.Config) {
-	c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout = time.Second, time.Second
-	c.HTTP.IdleTimeout, c.HTTP.WriteTimeout = time.Second, time.Second
+	c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout = time.Second, time.Second, time.Second
 }
 
 // closedByServer reads conn until the server closes it, and fails the test
@@ -109,21 +115,9 @@ func TestSlowClientsAreCutOffAndStreamsOutliveTheTimeouts(t *testing.T) {
 	}
 	defer head.Close()
 	fmt.Fprintf(head, "POST %s HTTP/1.1\r\nHost: kiln\r\n", hook)
-	// A kept-alive connection is closed after idle_timeout.
-	idle, err := net.Dial("tcp", s.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idle.Close()
-	fmt.Fprintf(idle, "GET /health HTTP/1.1\r\nHost: kiln\r\n\r\n")
-	br := bufio.NewReader(idle)
-	if status, err := br.ReadString('\n'); err != nil || !strings.Contains(status, "200") {
-		t.Fatalf("GET /health: %q %v", status, err)
-	}
 
 	closedByServer(t, body, 20*time.Second, "a trickling body")
 	closedByServer(t, head, 20*time.Second, "unfinished headers")
-	closedByServer(t, idle, 20*time.Second, "an idle keep-alive connection")
 
 	// Well past every timeout, the agent's socket and the follow still work.
 	for time.Since(connected) < 3*time.Second {
@@ -147,6 +141,25 @@ func TestSlowClientsAreCutOffAndStreamsOutliveTheTimeouts(t *testing.T) {
 		t.Fatalf("the agent's connection ended: %v", r.err)
 	default:
 	}
+}
+
+// A kept-alive connection left idle is closed after http.idle_timeout.
+//
+// B101: read-header, read, idle and per-write timeouts.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) { c.HTTP.IdleTimeout = time.Second })
+	idle, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	fmt.Fprintf(idle, "GET /health HTTP/1.1\r\nHost: kiln\r\n\r\n")
+	br := bufio.NewReader(idle)
+	if status, err := br.ReadString('\n'); err != nil || !strings.Contains(status, "200") {
+		t.Fatalf("GET /health: %q %v", status, err)
+	}
+	closedByServer(t, idle, 20*time.Second, "an idle keep-alive connection")
 }
 
 // dialFrom upgrades a connection to /ws from the loopback address local
@@ -300,5 +313,168 @@ func TestUnauthenticatedWebSocketsAreCappedPerAddressAndInAll(t *testing.T) {
 	}
 	if got := metricValue(t, s, "kiln_agent_unauthenticated_refused_total"); got != 2 {
 		t.Fatalf("kiln_agent_unauthenticated_refused_total = %v, want 2", got)
+	}
+}
+
+// postHook sends a signed delivery to the generic source and returns the
+// status.
+func postHook(t testing.TB, s *kilnServer, hook, id string, body []byte) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.URL+hook, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Event-Type", "push")
+	req.Header.Set("X-Delivery-ID", id)
+	req.Header.Set(forge.DefaultSignatureHeader, forge.Sign([]byte(hookSecret), body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("post %s: %v", id, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// partialHook starts a delivery declaring declared bytes, sends sent of
+// them, and leaves the request open; it returns once the server has read
+// what was sent (the writes went through).
+func partialHook(t testing.TB, s *kilnServer, hook string, declared, sent int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: kiln\r\nContent-Type: application/json\r\nX-Event-Type: push\r\n"+
+		"X-Signature-256: sha256=%s\r\nContent-Length: %d\r\n\r\n", hook, strings.Repeat("0", 64), declared)
+	chunk := []byte(strings.Repeat("x", 64<<10))
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Minute))
+	for n := 0; n < sent; n += len(chunk) {
+		if _, err := conn.Write(chunk[:min(len(chunk), sent-n)]); err != nil {
+			t.Fatalf("the server stopped reading a partial body: %v", err)
+		}
+	}
+	return conn
+}
+
+// Twenty strangers each send 16 MiB of a 20 MiB webhook body and stop.
+// Before its signature is checked a body is held in memory only up to
+// webhooks.in_memory_bytes; the rest waits in an unlinked file under
+// data_dir/tmp, so the server's heap barely grows, and a genuine delivery
+// larger than that bound is still verified and accepted meanwhile.
+//
+// B103: unverified webhook bodies hold bounded memory.
+func TestSlowWebhookBodiesAreSpooledNotHeldInMemory(t *testing.T) {
+	s := startServer(t)
+	hook := addHookSource(t, s)
+	before := heapInUse(t, s)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { partialHook(t, s, hook, 20<<20, 16<<20) })
+	}
+	wg.Wait()
+	waittest.UntilState(t, 30*time.Second, "the server to read the twenty bodies", func() (bool, string) {
+		n := s.Ingress.Unverified()
+		return n == 20, fmt.Sprint(n, " bodies being read")
+	})
+	grown := heapInUse(t, s) - before
+	t.Logf("the server's heap grew by %.1f MiB under 20 partial 16 MiB bodies", grown/(1<<20))
+	if grown > 48<<20 {
+		t.Fatalf("the server's heap grew by %.0f MiB while strangers sent partial bodies", grown/(1<<20))
+	}
+	if ents, err := os.ReadDir(filepath.Join(s.Config.DataDir, "tmp")); err != nil || len(ents) != 0 {
+		t.Fatalf("data_dir/tmp lists %d files (%v); spooled bodies are unlinked", len(ents), err)
+	}
+	big := []byte(`{"event":"push","pad":"` + strings.Repeat("p", 1<<20) + `"}`)
+	if code := postHook(t, s, hook, "genuine-1", big); code != http.StatusAccepted {
+		t.Fatalf("a genuine 1 MiB delivery got %d, want 202", code)
+	}
+}
+
+// When webhooks.max_unverified bodies are being read, another delivery
+// waits for a slot, then gets 503 without its body being read; once the
+// slow one is cut off by the read timeout, deliveries are accepted again.
+//
+// B103: unverified webhook bodies hold bounded memory.
+func TestWebhooksBeyondTheUnverifiedCapGet503(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) {
+		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout = time.Second, 4*time.Second
+		c.Webhooks.MaxUnverified = 1
+	})
+	hook := addHookSource(t, s)
+	slow := partialHook(t, s, hook, 1<<20, 1000)
+	waittest.UntilState(t, 10*time.Second, "the slow body to hold the slot", func() (bool, string) {
+		return s.Ingress.Unverified() == 1, ""
+	})
+	body := []byte(`{"event":"push"}`)
+	if code := postHook(t, s, hook, "waits", body); code != http.StatusServiceUnavailable {
+		t.Fatalf("a delivery beyond the cap got %d, want 503", code)
+	}
+	closedByServer(t, slow, 20*time.Second, "the slow body")
+	waittest.UntilState(t, 10*time.Second, "the slot to be free", func() (bool, string) {
+		return s.Ingress.Unverified() == 0, ""
+	})
+	if code := postHook(t, s, hook, "after", body); code != http.StatusAccepted {
+		t.Fatalf("a delivery after the slow one was cut off got %d, want 202", code)
+	}
+}
+
+// An agent-token holder that writes 22 MiB into one step gets 10 MiB of
+// it stored — the executor's own cap, enforced by the server — and a
+// marker line saying the server truncated it; every frame is still
+// acknowledged, so an honest agent would not replay the dropped lines.
+//
+// B104: the server enforces the per-step log cap.
+func TestAnAgentCannotStoreMoreThanTheStepLogCap(t *testing.T) {
+	t.Parallel()
+	if logstore.DefaultMaxStepBytes != executor.DefaultMaxLogBytesPerStep {
+		t.Fatalf("the server's cap (%d) is not the executor's (%d)", logstore.DefaultMaxStepBytes, executor.DefaultMaxLogBytesPerStep)
+	}
+	s := startServer(t)
+	localRun(t, s, map[string]string{"held": heldWorkflow(t.TempDir())})
+	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
+	run := triggerOne(t, s.Client, "app")
+	r, d := rawHolder(t, s, secret, true)
+
+	text := strings.Repeat("x", proto.MaxLineBytes-1) // 64 KiB a line with its newline
+	var seq uint64
+	for range 6 { // 6 frames of 60 lines: 22.5 MiB
+		lines := make([]proto.LogLine, 60)
+		for i := range lines {
+			seq++
+			lines[i] = proto.LogLine{Seq: seq, Stream: "stdout", Text: text, TimeMS: time.Now().UnixMilli()}
+		}
+		r.send(&proto.Log{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Step: 0, Lines: lines})
+	}
+	sent := r.seq
+	waittest.UntilState(t, 30*time.Second, "every log frame to be acknowledged", func() (bool, string) {
+		for {
+			select {
+			case m := <-r.frames:
+				if a, ok := m.(*proto.Ack); ok && a.Seq >= sent {
+					return true, ""
+				}
+			default:
+				return false, ""
+			}
+		}
+	})
+
+	var stored int64
+	var last api.LogLine
+	err := s.Client.Logs(bg, run.ID, api.LogQuery{Job: "held"}, func(l api.LogLine) error {
+		stored += int64(len(l.Text)) + 1
+		last = l
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stored %d bytes of 22.5 MiB; the last line: %.90q", stored, last.Text)
+	if stored > logstore.DefaultMaxStepBytes+1024 || !strings.HasPrefix(last.Text, logstore.TruncatedByServer) || last.Stream != "system" {
+		t.Fatalf("stored %d bytes (cap %d), last line %.90q", stored, logstore.DefaultMaxStepBytes, last.Text)
 	}
 }

@@ -199,7 +199,8 @@ func startServerProc(t testing.TB, dataDir string, port int, extra ...string) *s
 		"agents.heartbeat_interval": c.Agents.HeartbeatInterval.String(), "agents.unhealthy_after": c.Agents.UnhealthyAfter.String(),
 		"agents.drop_after": c.Agents.DropAfter.String(), "agents.job_heartbeat_interval": c.Agents.JobHeartbeatInterval.String(),
 		"agents.stale_after": c.Agents.StaleAfter.String(), "agents.ack_timeout": c.Agents.AckTimeout.String(),
-		"agents.recovery_window": c.Agents.RecoveryWindow.String(), "queue.sweep_interval": c.Queue.SweepInterval.String(),
+		"agents.recovery_window": c.Agents.RecoveryWindow.String(), "agents.lease_margin": c.Agents.LeaseMargin.String(),
+		"queue.sweep_interval":   c.Queue.SweepInterval.String(),
 		"queue.redrive_interval": c.Queue.RedriveInterval.String(), "log.level": "debug",
 	}
 	args := []string{"server", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dataDir, "--local-agents", "0"}

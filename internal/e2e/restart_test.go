@@ -51,6 +51,10 @@ func TestOrchestratorKilledAndRestartedMidStepKeepsEveryLogLineOnce(t *testing.T
 
 func testOrchestratorRestart(t *testing.T, extra []string) {
 	const n = 600
+	// The agent keeps its job through a crash for recovery_window −
+	// lease_margin after its last answered heartbeat (B126): longer than
+	// a restart on a loaded machine takes.
+	extra = append(extra, "--set", "agents.recovery_window=30s")
 	srv := startServerProc(t, t.TempDir(), 0, extra...)
 	c := procClient(t, srv)
 	r := newRepo(t, map[string]string{workflow("count"): fmt.Sprintf(`on: push

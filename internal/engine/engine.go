@@ -36,6 +36,15 @@ type Config struct {
 	Logger          *slog.Logger
 	// Hooks are told what the engine does, for metrics.
 	Hooks Hooks
+	// Scalers, when set, are asked whether they would start an agent for
+	// a job no known agent could run: such a job is never unroutable.
+	Scalers Scalers
+}
+
+// Scalers is the scaler manager as the unroutable probe sees it.
+type Scalers interface {
+	Serves(r kiln.Requirement) bool
+	Names() []string
 }
 
 // Defaults.

@@ -84,7 +84,7 @@ func (e *Engine) sweepExpiry(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := e.db.Queue().Expire(ctx, func(r kiln.Requirement) bool { return !routable(agents, r) })
+	res, err := e.db.Queue().Expire(ctx, func(r kiln.Requirement) bool { return !e.routable(agents, r) })
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,12 @@ func (e *Engine) knownAgents(ctx context.Context) ([]kiln.AgentLabels, error) {
 	return out, nil
 }
 
-func routable(agents []kiln.AgentLabels, r kiln.Requirement) bool {
+// routable reports whether a known agent, or an agent a scaler would start
+// (B169), could run a job requiring r.
+func (e *Engine) routable(agents []kiln.AgentLabels, r kiln.Requirement) bool {
+	if e.cfg.Scalers != nil && e.cfg.Scalers.Serves(r) {
+		return true
+	}
 	for _, a := range agents {
 		if a.Accepts(r) {
 			return true
@@ -143,12 +148,12 @@ func (e *Engine) sweepUnroutable(ctx context.Context) error {
 	}
 	var lost []string
 	for _, k := range keys {
-		if !routable(agents, store.KeyRequirement(k)) {
+		if !e.routable(agents, store.KeyRequirement(k)) {
 			lost = append(lost, k)
 		}
 	}
 	res, err := e.db.Queue().SweepUnroutable(ctx, lost, e.cfg.UnroutableGrace, func(r kiln.Requirement) string {
-		return unroutableMessage(r, e.cfg.UnroutableGrace)
+		return e.unroutableMessage(r)
 	})
 	if err != nil {
 		return err
@@ -161,6 +166,19 @@ func (e *Engine) sweepUnroutable(ctx context.Context) error {
 	}
 	e.Apply(res.Effects)
 	return nil
+}
+
+// unroutableMessage says what no agent offers and, when scalers are
+// configured, that none of them serves it either, naming them (B169).
+func (e *Engine) unroutableMessage(r kiln.Requirement) string {
+	msg := unroutableMessage(r, e.cfg.UnroutableGrace)
+	if e.cfg.Scalers == nil {
+		return msg
+	}
+	if names := e.cfg.Scalers.Names(); len(names) > 0 {
+		return msg + "; no scaler serves it (considered: " + strings.Join(names, ", ") + ")"
+	}
+	return msg
 }
 
 func unroutableMessage(r kiln.Requirement, grace time.Duration) string {

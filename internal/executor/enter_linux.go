@@ -24,6 +24,7 @@ type shimOptions struct {
 	hide     []string
 	jobDir   string
 	user     *syscall.Credential
+	leaseFD  int // the lease file (Config.LeaseFile), open as this descriptor; 0: none
 }
 
 func parseShimArgs(args []string) (*shimOptions, []string, error) {
@@ -57,6 +58,12 @@ func parseShimArgs(args []string) (*shimOptions, []string, error) {
 			o.rootless, o.uid, o.gid = true, uid, gid
 		case "--hide":
 			o.hide = append(o.hide, val)
+		case "--lease-fd":
+			fd, err := strconv.Atoi(val)
+			if err != nil || fd < 3 {
+				return nil, nil, fmt.Errorf("bad --lease-fd %q", val)
+			}
+			o.leaseFD = fd
 		case "--job-dir":
 			o.jobDir = val
 		case "--user":

@@ -52,6 +52,12 @@ type Config struct {
 	// Isolation keeps steps away from the agent and server on the host
 	// (off by default; the agent turns it on).
 	Isolation Isolation
+	// LeaseFile, when set, names a file whose modification time is the
+	// deadline of the agent's lease: every step's supervisor watches it and
+	// SIGKILLs its step once the clock passes it, so a step stops on time
+	// even when the agent itself is frozen (B126). The agent moves the time
+	// forward while it hears from its coordinators.
+	LeaseFile string
 	Clock     func() time.Time
 	Logger    *slog.Logger
 }
@@ -283,4 +289,17 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// openLease opens Config.LeaseFile for a step's supervisor to watch; nil
+// when there is none.
+func (x *Executor) openLease() (*os.File, error) {
+	if x.cfg.LeaseFile == "" {
+		return nil, nil
+	}
+	f, err := os.Open(x.cfg.LeaseFile)
+	if err != nil {
+		return nil, fmt.Errorf("open the agent's lease file: %w", err)
+	}
+	return f, nil
 }

@@ -30,7 +30,8 @@ type process struct {
 // startProcess starts argv under the shim with env in dir, its stdout and
 // stderr going to the given files, in the sandbox sb (nil: none) for the
 // job whose directory is jobDir.
-func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
+// lease, when not nil, is the open lease file the shim watches (Config.LeaseFile).
+func startProcess(shimPath string, sb *sandbox, jobDir string, lease *os.File, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
 	p := &process{done: make(chan struct{}), exitCode: -1}
 	started := make(chan error, 1)
 	go func() {
@@ -40,8 +41,16 @@ func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []strin
 		// fires it.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		args := append([]string{shimPath, shimArg}, sb.shimArgs(jobDir)...)
+		args := []string{shimPath, shimArg}
+		var extra []*os.File
+		if lease != nil {
+			// The first extra file is descriptor 3 in the shim.
+			extra = []*os.File{lease}
+			args = append(args, "--lease-fd", "3")
+		}
+		args = append(args, sb.shimArgs(jobDir)...)
 		cmd := &exec.Cmd{
+			ExtraFiles:  extra,
 			Path:        shimPath,
 			Args:        append(args, argv...),
 			Env:         env,

@@ -40,7 +40,7 @@ func (e *isolationError) Unwrap() error { return e.err }
 
 func (sb *sandbox) describe() string { return "" }
 
-func startProcess(shimPath string, sb *sandbox, jobDir string, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
+func startProcess(shimPath string, sb *sandbox, jobDir string, lease *os.File, argv, env []string, dir string, stdout, stderr *os.File) (*process, error) {
 	return nil, errUnsupported
 }
 

@@ -65,9 +65,20 @@ func (e *Execution) runCommand(c command, log *stepLog) outcome {
 	}
 	cookie := rand.Text()
 	env := append(c.env[:len(c.env):len(c.env)], cookieVar+"="+cookie)
-	p, err := startProcess(e.x.cfg.ShimPath, e.x.sandboxFor(), e.jobDir, c.argv, env, c.dir, outW, errW)
+	lease, err := e.x.openLease()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return outcome{exitCode: -1, err: err}
+	}
+	p, err := startProcess(e.x.cfg.ShimPath, e.x.sandboxFor(), e.jobDir, lease, c.argv, env, c.dir, outW, errW)
 	outW.Close()
 	errW.Close()
+	if lease != nil {
+		lease.Close()
+	}
 	if err != nil {
 		outR.Close()
 		errR.Close()

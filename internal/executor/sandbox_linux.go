@@ -88,7 +88,7 @@ func (sb *sandbox) probe(shimPath string, env []string) error {
 		b, _ := io.ReadAll(io.LimitReader(r, 4096))
 		msg <- b
 	}()
-	p, err := startProcess(shimPath, &probe, "", []string{shimPath, probeArg}, env, "/", w, w)
+	p, err := startProcess(shimPath, &probe, "", nil, []string{shimPath, probeArg}, env, "/", w, w)
 	w.Close()
 	if err != nil {
 		return err

@@ -60,6 +60,9 @@ func runShim(args []string) int {
 		fmt.Fprintf(os.Stderr, "kiln: the step supervisor: %v\n", err)
 		return 125
 	}
+	if opts.leaseFD > 0 {
+		syscall.CloseOnExec(opts.leaseFD) // the step must not hold the agent's lease file
+	}
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
 		fmt.Fprintf(os.Stderr, "kiln: cannot become a child subreaper: %v\n", errno)
 		return 125
@@ -92,8 +95,28 @@ func runShim(args []string) int {
 		fmt.Fprintf(os.Stderr, "kiln: cannot run %s: %v\n", argv[0], err)
 		return 126
 	}
+	var leaseTick <-chan time.Time
+	if opts.leaseFD > 0 {
+		t := time.NewTicker(leaseCheckInterval)
+		defer t.Stop()
+		leaseTick = t.C
+	}
+	lapsed := false
 	for !s.exited {
-		switch <-s.sigs {
+		var sig os.Signal
+		select {
+		case sig = <-s.sigs:
+		case <-leaseTick:
+			if lapsed || !leaseLapsed(opts.leaseFD) {
+				continue
+			}
+			// B126: the agent has not heard from its coordinators for its
+			// lease, or is frozen; the job may soon run elsewhere.
+			lapsed = true
+			fmt.Fprintf(os.Stderr, "kiln: the agent's lease ran out (no word from the orchestrator in time); the step was killed\n")
+			sig = sigKillAll
+		}
+		switch sig {
 		case syscall.SIGCHLD:
 			s.reap()
 		case syscall.SIGPIPE:
@@ -228,4 +251,19 @@ func childrenByScan() []int {
 		}
 	}
 	return pids
+}
+
+// leaseCheckInterval is how often a supervisor reads the lease file: how
+// late after its deadline a step may still run when the agent is frozen.
+const leaseCheckInterval = 100 * time.Millisecond
+
+// leaseLapsed reports whether the lease file's modification time, the
+// deadline the agent last set, has passed. A file that cannot be read says
+// nothing: the agent also stops the job itself.
+func leaseLapsed(fd int) bool {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return false
+	}
+	return time.Now().After(time.Unix(st.Mtim.Unix()))
 }

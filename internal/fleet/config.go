@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/proto"
 )
 
@@ -51,6 +52,12 @@ type Config struct {
 	// (close 4004).
 	UnhealthyAfter time.Duration
 	DropAfter      time.Duration
+	// RecoveryWindow is the store's (store.Config.RecoveryWindow), and
+	// LeaseMargin what the agents subtract from their lease: register.ack
+	// sends all three, and each agent stops its jobs once it has not heard
+	// from a coordinator for proto.AgentLease of them (B126).
+	RecoveryWindow time.Duration
+	LeaseMargin    time.Duration
 	// SweepInterval is how often the monitor runs: heartbeat checks, the
 	// ack, recovery and stale sweeps, buffered job heartbeats. It bounds
 	// how late a deadline is noticed.
@@ -93,6 +100,27 @@ type Config struct {
 	// for the auth and register deadlines are real.
 	Clock  func() time.Time
 	Logger *slog.Logger
+
+	// Scaler, when set, starts agents for jobs no idle agent takes
+	// (internal/scaler) and is told of its agents' lives.
+	Scaler Scaler
+}
+
+// Scaler is the scaler manager as the fleet uses it.
+type Scaler interface {
+	// Wake: jobs are left without an idle agent.
+	Wake()
+	// Reason says why jobs with the requirement wait when a scaler serves
+	// it; "" with true keeps the reason the jobs have (a provisioning
+	// error).
+	Reason(r kiln.Requirement) (string, bool)
+	// Registered: an agent registered. It returns the job a scaler started
+	// it for, and whether it is a scaler's agent, which takes one job.
+	Registered(agentID string) (jobID string, ephemeral bool)
+	// Took: a scaler's agent was sent a job.
+	Took(agentID, runID, jobID string)
+	// Gone: an agent's connection ended holding held started jobs.
+	Gone(agentID, reason string, held int)
 }
 
 func (c Config) withDefaults() Config {
@@ -102,6 +130,8 @@ func (c Config) withDefaults() Config {
 	c.JobHeartbeatInterval = cmp.Or(c.JobHeartbeatInterval, proto.DefaultJobHeartbeatInterval)
 	c.UnhealthyAfter = cmp.Or(c.UnhealthyAfter, proto.DefaultUnhealthyAfter)
 	c.DropAfter = cmp.Or(c.DropAfter, proto.DefaultDropAfter)
+	c.RecoveryWindow = cmp.Or(c.RecoveryWindow, proto.DefaultRecoveryWindow)
+	c.LeaseMargin = cmp.Or(c.LeaseMargin, proto.DefaultLeaseMargin)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	c.RedriveInterval = cmp.Or(c.RedriveInterval, DefaultRedriveInterval)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
@@ -132,6 +162,7 @@ func (c Config) validate() error {
 		{"AuthTimeout", c.AuthTimeout}, {"RegisterTimeout", c.RegisterTimeout},
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"JobHeartbeatInterval", c.JobHeartbeatInterval},
 		{"UnhealthyAfter", c.UnhealthyAfter}, {"DropAfter", c.DropAfter},
+		{"RecoveryWindow", c.RecoveryWindow}, {"LeaseMargin", c.LeaseMargin},
 		{"SweepInterval", c.SweepInterval}, {"RedriveInterval", c.RedriveInterval},
 		{"WriteTimeout", c.WriteTimeout}, {"RateLimitGrace", c.RateLimitGrace},
 	} {

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -24,6 +25,9 @@ type closeCause struct {
 	// noStore: the orchestrator is shutting down; the agent's jobs are left
 	// as they are for the next process (see Config.SoleCoordinator).
 	noStore bool
+	// holdFor: the jobs' recovery lasts at least this long from now, not
+	// only the window (B127; see Queue.HoldRecovery).
+	holdFor time.Duration
 }
 
 func causeRead(err error) closeCause {
@@ -137,6 +141,9 @@ func (f *Fleet) releaseLocked(c *conn, cause closeCause) {
 	rel.Acks = f.acks.forget(a)
 	f.reg.unregister(a)
 	f.disp.refreshReasons()
+	if s := f.cfg.Scaler; s != nil && !cause.noStore && cause.kind != "superseded" {
+		s.Gone(a.id, cause.kind, rel.Lost)
+	}
 	if h := f.hooks.released.Load(); h != nil {
 		(*h)(a.id, cause, rel)
 	}
@@ -155,6 +162,11 @@ func (f *Fleet) loseJobs(agentID string, cause closeCause) (lost, requeued int) 
 		}
 		eff := res.Effects
 		lost = len(res.Jobs)
+		if cause.holdFor > 0 && lost > 0 {
+			if err := tx.Queue().HoldRecovery(ctx, agentID, f.now().Add(cause.holdFor)); err != nil {
+				return store.Effects{}, err
+			}
+		}
 		if !cause.keepUnstarted {
 			rq, err := tx.Queue().RequeueUnstarted(ctx, agentID, "the agent's connection closed before the job started")
 			if err != nil {

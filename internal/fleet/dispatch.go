@@ -32,9 +32,10 @@ type dispatcher struct {
 
 	mu      sync.Mutex
 	freed   map[*agent]struct{}
-	hint    int  // jobs that entered the queue since the last pass
-	full    bool // redrive: offer the queue to every idle agent
-	reasons bool // the set of agents changed: recompute pending reasons
+	bound   map[*agent]string // scalers' agents and the job each was started for
+	hint    int               // jobs that entered the queue since the last pass
+	full    bool              // redrive: offer the queue to every idle agent
+	reasons bool              // the set of agents changed: recompute pending reasons
 	wokeAt  map[string]time.Time
 
 	// lastReason is the pending reason last written per key; only the
@@ -50,7 +51,7 @@ const maxWokeAt = 100_000
 
 func newDispatcher(f *Fleet) *dispatcher {
 	return &dispatcher{f: f, wake: make(chan struct{}, 1), freed: map[*agent]struct{}{},
-		wokeAt: map[string]time.Time{}, lastReason: map[string]string{}}
+		bound: map[*agent]string{}, wokeAt: map[string]time.Time{}, lastReason: map[string]string{}}
 }
 
 func (d *dispatcher) signal() {
@@ -120,9 +121,17 @@ func (d *dispatcher) run(ctx context.Context) {
 
 func (d *dispatcher) pass(ctx context.Context) {
 	d.mu.Lock()
-	freed, hint, full, reasons := d.freed, d.hint, d.full, d.reasons
+	freed, hint, full, reasons, bound := d.freed, d.hint, d.full, d.reasons, d.bound
 	d.freed, d.hint, d.full, d.reasons = map[*agent]struct{}{}, 0, false, false
+	if len(bound) > 0 {
+		d.bound = map[*agent]string{}
+	}
 	d.mu.Unlock()
+	for a, job := range bound {
+		if !d.claimBound(ctx, a, job) {
+			freed[a] = struct{}{}
+		}
+	}
 	if len(freed) > 0 {
 		picks := make([]pick, 0, len(freed))
 		for a := range freed {
@@ -335,6 +344,7 @@ func (d *dispatcher) claimBatch(ctx context.Context, picks []pick) int {
 		n += len(p.got)
 		if len(p.got) > 0 {
 			busy++
+			d.f.took(p.a, p.got)
 		}
 	}
 	for _, p := range picks {
@@ -363,6 +373,9 @@ func (a *agent) hold(cs []store.Claimed) []store.Claimed {
 	}
 	for _, c := range cs {
 		a.jobs[c.JobID] = &heldJob{runID: c.RunID, epoch: c.Epoch, attempt: c.Attempt, ackDeadline: c.AckDeadline}
+	}
+	if a.oneJob && len(cs) > 0 {
+		a.took = true
 	}
 	return cs
 }
@@ -465,6 +478,9 @@ func (d *dispatcher) explain(ctx context.Context, keys []string, live map[string
 			delete(d.lastReason, k)
 		}
 	}
+	if len(live) > 0 && f.cfg.Scaler != nil {
+		f.cfg.Scaler.Wake()
+	}
 	if len(updates) == 0 {
 		return
 	}
@@ -483,6 +499,16 @@ func (d *dispatcher) explain(ctx context.Context, keys []string, live map[string
 func (d *dispatcher) reason(key string) (string, bool) {
 	req := store.KeyRequirement(key)
 	matching := d.f.reg.matching(key)
+	if s := d.f.cfg.Scaler; s != nil {
+		for _, a := range matching {
+			if a.freeSlots() > 0 {
+				return "", false
+			}
+		}
+		if r, ok := s.Reason(req); ok {
+			return r, r != ""
+		}
+	}
 	if len(matching) == 0 {
 		return noAgentReason(req, d.f.reg.list()), true
 	}

@@ -198,7 +198,13 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 	err := f.cm.completeJob(store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs}, chunks)
 	if err == nil || refusal(err) {
 		if a.finish(m.JobID, m.LeaseEpoch) {
-			f.disp.agentFree(a)
+			if a.oneJob {
+				// A scaler's agent took its one job: it drains and exits,
+				// and its scaler removes it.
+				_ = f.Drain(a.id)
+			} else {
+				f.disp.agentFree(a)
+			}
 		}
 	}
 	return c.answer(err, "job.status "+string(m.Status), m.JobID)

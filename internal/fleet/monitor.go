@@ -288,7 +288,10 @@ func (f *Fleet) recoverOrphans(ctx context.Context) error {
 		if !r.Connected {
 			continue
 		}
-		cause := closeCause{kind: "restart", keepUnstarted: true}
+		// The previous process may have heard from the agent until it
+		// died, and the agent runs its jobs for its lease after that: their
+		// recovery lasts drop_after + the window from now (B127).
+		cause := closeCause{kind: "restart", keepUnstarted: true, holdFor: f.cfg.DropAfter + f.cfg.RecoveryWindow}
 		f.loseJobs(r.ID, cause)
 	}
 	return nil

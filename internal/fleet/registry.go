@@ -43,6 +43,9 @@ type agent struct {
 	// full: the agent refused a job as busy; it gets no claim until it
 	// reports free capacity or one of its jobs ends.
 	full bool
+	// oneJob: a scaler's agent, which takes one job (took) and is then
+	// drained and removed.
+	oneJob, took bool
 }
 
 // heldJob is one lease an agent holds.
@@ -70,7 +73,7 @@ func (a *agent) freeSlots() int {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.draining || a.unhealthy || a.full {
+	if a.draining || a.unhealthy || a.full || (a.oneJob && a.took) {
 		return 0
 	}
 	return max(a.maxJobs-len(a.jobs), 0)

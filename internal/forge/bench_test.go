@@ -40,7 +40,7 @@ func BenchmarkReceiveGitHub(b *testing.B) {
 		for k, v := range hdr {
 			r.Header.Set(k, v)
 		}
-		if _, err := Receive(r, kiln.SourceGitHub, ghSource, 0); err != nil {
+		if _, err := Receive(r, kiln.SourceGitHub, ghSource, BodyLimits{}); err != nil {
 			b.Fatal(err)
 		}
 	}

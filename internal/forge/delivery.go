@@ -104,21 +104,27 @@ func tooLarge(limit int64) error {
 // which the server looked up from the URL /webhook/{kind}/{name} (nil when
 // there is no such source). The checks run in an order that tells a
 // stranger nothing before the signature is good: size (413), signature
-// (401), then headers, content type and JSON (400). Every error is a
+// (401), then headers, content type and JSON (400). The body is held
+// within lim until its signature checks out (B103). Every error is a
 // *kiln.Error; a nil error means the body is genuine, JSON, and from src.
-func Receive(r *http.Request, kind kiln.SourceKind, src *Source, limit int64) (*Delivery, error) {
+func Receive(r *http.Request, kind kiln.SourceKind, src *Source, lim BodyLimits) (*Delivery, error) {
 	if src == nil || src.Kind != kind {
 		return nil, kiln.Errorf(kiln.CodeNotFound, "there is no %s source by that name", kind)
 	}
 	if kind == kiln.SourceLocal {
 		return nil, kiln.Errorf(kiln.CodeInvalid, "local sources take no webhooks; use kiln trigger or the post-receive hook")
 	}
-	body, err := ReadBody(r.Body, r.ContentLength, limit)
+	p, err := readPayload(r.Body, r.ContentLength, lim)
 	if err != nil {
 		return nil, err
 	}
-	if err := verify(src, r.Header, body); err != nil {
+	defer p.close()
+	if err := verify(src, r.Header, p); err != nil {
 		return nil, err
+	}
+	body, err := p.bytes()
+	if err != nil {
+		return nil, kiln.Errorf(kiln.CodeUnavailable, "the body could not be read back; try again")
 	}
 	d := &Delivery{Source: src.Name, Kind: kind, Body: body}
 	if err := identify(d, r.Header); err != nil {
@@ -136,12 +142,12 @@ func Receive(r *http.Request, kind kiln.SourceKind, src *Source, limit int64) (*
 	return d, nil
 }
 
-func verify(src *Source, h http.Header, body []byte) error {
+func verify(src *Source, h http.Header, p *payload) error {
 	switch src.Kind {
 	case kiln.SourceGitHub:
-		return VerifyGitHub([]byte(src.GitHub.WebhookSecret), body, h.Get(HeaderGitHubSignature))
+		return verifyPrefixed([]byte(src.GitHub.WebhookSecret), p, HeaderGitHubSignature, h.Get(HeaderGitHubSignature), true)
 	case kiln.SourceGitea:
-		return VerifyGitea([]byte(src.Gitea.WebhookSecret), body, h)
+		return verifyGitea([]byte(src.Gitea.WebhookSecret), p, h)
 	case kiln.SourceGeneric:
 		a := src.Generic.Auth
 		switch a.Type {
@@ -150,7 +156,7 @@ func verify(src *Source, h http.Header, body []byte) error {
 			if name == "" {
 				name = DefaultSignatureHeader
 			}
-			return VerifyHMAC([]byte(a.Secret), body, name, h.Get(name))
+			return verifyPrefixed([]byte(a.Secret), p, name, h.Get(name), false)
 		case AuthBearer:
 			return VerifyBearer(a.Token, h.Get("Authorization"))
 		}

@@ -43,7 +43,7 @@ func webhookServer(t *testing.T, limit int64, sources ...*Source) *httptest.Serv
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhook/{kind}/{source}", func(w http.ResponseWriter, r *http.Request) {
-		d, err := Receive(r, kiln.SourceKind(r.PathValue("kind")), byName[r.PathValue("source")], limit)
+		d, err := Receive(r, kiln.SourceKind(r.PathValue("kind")), byName[r.PathValue("source")], BodyLimits{Max: limit})
 		w.Header().Set("Content-Type", "application/json")
 		if err != nil {
 			w.WriteHeader(httpStatus[kiln.ErrorCode(err)])

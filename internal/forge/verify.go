@@ -45,7 +45,7 @@ func verifyErr(reason error, format string, args ...any) error {
 // VerifyGitHub checks GitHub's X-Hub-Signature-256 header value
 // ("sha256=<hex>", HMAC-SHA256 of the exact body bytes) in constant time.
 func VerifyGitHub(secret, body []byte, header string) error {
-	return verifyPrefixed(secret, body, HeaderGitHubSignature, header, true)
+	return verifyPrefixed(secret, &payload{mem: body}, HeaderGitHubSignature, header, true)
 }
 
 // VerifyGitea checks a Gitea or Forgejo delivery. Gitea sends the bare hex
@@ -53,13 +53,17 @@ func VerifyGitHub(secret, body []byte, header string) error {
 // GitHub, "sha256=<hex>" in X-Hub-Signature-256; the first present of those
 // is checked.
 func VerifyGitea(secret, body []byte, h http.Header) error {
+	return verifyGitea(secret, &payload{mem: body}, h)
+}
+
+func verifyGitea(secret []byte, p *payload, h http.Header) error {
 	for _, name := range []string{HeaderGiteaSignature, HeaderForgejoSignature} {
 		if v := h.Get(name); v != "" {
-			return verifyHex(secret, body, name, v)
+			return verifyHex(secret, p, name, v)
 		}
 	}
 	if v := h.Get(HeaderGitHubSignature); v != "" {
-		return VerifyGitHub(secret, body, v)
+		return verifyPrefixed(secret, p, HeaderGitHubSignature, v, true)
 	}
 	return verifyErr(ErrNoSignature, "the delivery is not signed: the %s header is missing; set a secret on the webhook", HeaderGiteaSignature)
 }
@@ -67,7 +71,7 @@ func VerifyGitea(secret, body []byte, h http.Header) error {
 // VerifyHMAC checks a generic source's signature header value: HMAC-SHA256
 // of the body as "sha256=<hex>" or bare "<hex>".
 func VerifyHMAC(secret, body []byte, headerName, value string) error {
-	return verifyPrefixed(secret, body, headerName, value, false)
+	return verifyPrefixed(secret, &payload{mem: body}, headerName, value, false)
 }
 
 // VerifyBearer checks an Authorization header value against the expected
@@ -90,7 +94,7 @@ func VerifyBearer(want, authorization string) error {
 	return nil
 }
 
-func verifyPrefixed(secret, body []byte, name, value string, needPrefix bool) error {
+func verifyPrefixed(secret []byte, p *payload, name, value string, needPrefix bool) error {
 	if value == "" {
 		return verifyErr(ErrNoSignature, "the delivery is not signed: the %s header is missing; set a secret on the webhook", name)
 	}
@@ -98,10 +102,10 @@ func verifyPrefixed(secret, body []byte, name, value string, needPrefix bool) er
 	if !ok && needPrefix {
 		return verifyErr(ErrMalformedSignature, "the %s header is not of the form sha256=<64 hex digits>", name)
 	}
-	return verifyHex(secret, body, name, hexMAC)
+	return verifyHex(secret, p, name, hexMAC)
 }
 
-func verifyHex(secret, body []byte, name, hexMAC string) error {
+func verifyHex(secret []byte, p *payload, name, hexMAC string) error {
 	got, err := hex.DecodeString(strings.TrimSpace(hexMAC))
 	if err != nil || len(got) != sha256.Size {
 		return verifyErr(ErrMalformedSignature, "the %s header is not a hex HMAC-SHA256 (64 hex digits)", name)
@@ -109,9 +113,11 @@ func verifyHex(secret, body []byte, name, hexMAC string) error {
 	if len(secret) == 0 {
 		return verifyErr(ErrWrongSignature, "the source has no webhook secret configured, so no delivery can be accepted")
 	}
-	m := hmac.New(sha256.New, secret)
-	m.Write(body)
-	if !hmac.Equal(got, m.Sum(nil)) {
+	want, err := p.hmacSHA256(secret)
+	if err != nil {
+		return kiln.Errorf(kiln.CodeUnavailable, "the body could not be read back; try again")
+	}
+	if !hmac.Equal(got, want) {
 		return verifyErr(ErrWrongSignature, "the %s signature does not match the body; check that the webhook's secret is the source's secret", name)
 	}
 	return nil

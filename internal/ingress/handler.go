@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/forge"
@@ -40,7 +41,7 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 	if fs != nil && fs.Kind != kind {
 		fs = nil
 	}
-	d, err := forge.Receive(r, kind, fs, p.cfg.MaxBodyBytes)
+	d, err := p.receive(r, kind, fs)
 	if err != nil {
 		p.log.Warn("webhook refused", "kind", kind, "source", name, "remote", r.RemoteAddr, "err", err)
 		p.refuse(w, err)
@@ -68,6 +69,29 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 	p.Notify(id)
 	writeJSON(w, http.StatusAccepted, map[string]any{"delivery": id, "status": "accepted"})
 }
+
+// receive reads and verifies a delivery holding one of the unverified
+// slots, so strangers' bodies never hold more than MaxUnverified ×
+// InMemoryBytes of memory (B103). A webhook that finds none free within
+// UnverifiedWait is answered 503 without its body being read.
+func (p *Processor) receive(r *http.Request, kind kiln.SourceKind, fs *forge.Source) (*forge.Delivery, error) {
+	if fs != nil && fs.Kind == kind {
+		t := time.NewTimer(p.cfg.UnverifiedWait)
+		defer t.Stop()
+		select {
+		case p.unverified <- struct{}{}:
+			defer func() { <-p.unverified }()
+		case <-t.C:
+			return nil, kiln.Errorf(kiln.CodeUnavailable, "too many webhook deliveries are being received at once; redeliver later")
+		case <-r.Context().Done():
+			return nil, kiln.Errorf(kiln.CodeUnavailable, "the request ended before its body was read")
+		}
+	}
+	return forge.Receive(r, kind, fs, forge.BodyLimits{Max: p.cfg.MaxBodyBytes, InMemory: p.cfg.InMemoryBytes, SpoolDir: p.cfg.SpoolDir})
+}
+
+// Unverified is the number of webhook bodies being read and verified now.
+func (p *Processor) Unverified() int { return len(p.unverified) }
 
 // refuse answers a webhook request kiln does not record, and tells the
 // Refused hook.

@@ -12,17 +12,27 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/store"
 )
 
 // Config configures the processor.
 type Config struct {
-	MaxBodyBytes int64         // largest webhook body (default 25 MiB)
-	ClaimLease   time.Duration // how long a processor holds a delivery (default 2m)
-	PollInterval time.Duration // how often unclaimed deliveries are looked for (default 2s)
-	MaxAttempts  int           // processing attempts before a delivery fails (default 5)
-	Workers      int           // deliveries processed at once (default 4)
-	Logger       *slog.Logger
+	MaxBodyBytes int64 // largest webhook body (default 25 MiB)
+	// MaxUnverified bounds the webhook bodies read at once before their
+	// signature is checked, InMemoryBytes how much of each is held in
+	// memory (the rest is spooled to a file in SpoolDir), and
+	// UnverifiedWait how long a webhook waits for one of those slots
+	// before it is answered 503 (B103).
+	MaxUnverified  int
+	InMemoryBytes  int64
+	SpoolDir       string
+	UnverifiedWait time.Duration
+	ClaimLease     time.Duration // how long a processor holds a delivery (default 2m)
+	PollInterval   time.Duration // how often unclaimed deliveries are looked for (default 2s)
+	MaxAttempts    int           // processing attempts before a delivery fails (default 5)
+	Workers        int           // deliveries processed at once (default 4)
+	Logger         *slog.Logger
 	// Recorded, when set, is called for every delivery recorded (a
 	// webhook, a kiln trigger push, a manual dispatch) with its source's
 	// name, its event, and whether it was a duplicate, which is finished
@@ -43,6 +53,10 @@ const (
 	DefaultPollInterval = 2 * time.Second
 	DefaultMaxAttempts  = 5
 	DefaultWorkers      = 4
+	// DefaultMaxUnverified × forge.DefaultInMemoryBody (8 MiB) is the most
+	// memory strangers' webhook bodies hold before they are verified.
+	DefaultMaxUnverified  = 32
+	DefaultUnverifiedWait = 10 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -61,6 +75,15 @@ func (c Config) withDefaults() Config {
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers
 	}
+	if c.MaxUnverified <= 0 {
+		c.MaxUnverified = DefaultMaxUnverified
+	}
+	if c.InMemoryBytes <= 0 {
+		c.InMemoryBytes = forge.DefaultInMemoryBody
+	}
+	if c.UnverifiedWait <= 0 {
+		c.UnverifiedWait = DefaultUnverifiedWait
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -76,6 +99,8 @@ type Processor struct {
 	log     *slog.Logger
 	owner   string
 	work    chan int64
+	// unverified holds a token per webhook body being read and verified.
+	unverified chan struct{}
 
 	mu      sync.Mutex
 	waiters map[int64][]chan store.Delivery
@@ -92,6 +117,7 @@ func New(db *store.DB, eng *engine.Engine, sources *Sources, cfg Config) *Proces
 		db: db, eng: eng, sources: sources, cfg: cfg, log: cfg.Logger,
 		owner: fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		work:  make(chan int64, 1024), waiters: map[int64][]chan store.Delivery{},
+		unverified: make(chan struct{}, cfg.MaxUnverified),
 	}
 }
 

@@ -28,6 +28,9 @@ type Config struct {
 	// server sharing the database reads them (Run ships them); nil keeps
 	// them in Dir only.
 	Archive Archive
+	// MaxStepBytes caps a step attempt's output (default
+	// DefaultMaxStepBytes, the executor's own cap); see stepBudget.
+	MaxStepBytes int64
 	// ShipInterval is how often the new lines of running steps are
 	// shipped to the Archive (what a viewer on another server waits at
 	// most, besides its poll); a finished step's are shipped at once.
@@ -48,9 +51,10 @@ func (r Ref) String() string { return fmt.Sprintf("%s/%s/e%d/%d", r.RunID, r.Job
 
 // Store appends, reads and follows step logs. It is safe for concurrent use.
 type Store struct {
-	dir    string
-	max    int
-	logger *slog.Logger
+	dir     string
+	max     int
+	maxStep int64
+	logger  *slog.Logger
 
 	mu    sync.Mutex
 	open  map[Ref]*list.Element // of *stepFile
@@ -68,11 +72,12 @@ type Store struct {
 }
 
 type stepFile struct {
-	ref  Ref
-	mu   sync.Mutex
-	f    *os.File
-	last uint64 // highest seq stored
-	buf  []byte
+	ref    Ref
+	mu     sync.Mutex
+	f      *os.File
+	last   uint64 // highest seq stored
+	buf    []byte
+	budget stepBudget // what the log used of the cap (B104)
 }
 
 // Open opens (and creates) a log store.
@@ -89,11 +94,14 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.ShipInterval <= 0 {
 		cfg.ShipInterval = DefaultShipInterval
 	}
+	if cfg.MaxStepBytes <= 0 {
+		cfg.MaxStepBytes = DefaultMaxStepBytes
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
 	s := &Store{
-		dir: cfg.Dir, max: cfg.MaxOpenFiles, logger: cfg.Logger,
+		dir: cfg.Dir, max: cfg.MaxOpenFiles, maxStep: cfg.MaxStepBytes, logger: cfg.Logger,
 		open: map[Ref]*list.Element{}, lru: list.New(),
 		subs:    map[string]map[*Subscription]struct{}{},
 		archive: cfg.Archive, shipEvery: cfg.ShipInterval,
@@ -160,6 +168,12 @@ func (s *Store) Append(r Ref, lines []Line) (int, error) {
 		sf.mu.Unlock()
 		return 0, nil
 	}
+	batchLast := fresh[len(fresh)-1].Seq
+	if fresh = sf.budget.admit(fresh, s.maxStep); len(fresh) == 0 {
+		sf.last = batchLast // dropped over the cap, and never stored later
+		sf.mu.Unlock()
+		return 0, nil
+	}
 	sf.buf = sf.buf[:0]
 	for k := range fresh {
 		sf.buf = appendLine(sf.buf, &fresh[k])
@@ -172,7 +186,7 @@ func (s *Store) Append(r Ref, lines []Line) (int, error) {
 		sf.mu.Unlock()
 		return 0, fmt.Errorf("logstore: append %s: %w", r, err)
 	}
-	sf.last = fresh[len(fresh)-1].Seq
+	sf.last = batchLast
 	s.publish(r, fresh) // under the file's lock, so viewers see a step's batches in order
 	sf.mu.Unlock()
 	s.markDirty(r, false)
@@ -219,6 +233,12 @@ func (s *Store) file(r Ref) (*stepFile, error) {
 		return nil, fmt.Errorf("logstore: open %s: %w", r, err)
 	}
 	sf := &stepFile{ref: r, f: f, last: last}
+	if last > 0 {
+		if sf.budget, err = recount(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("logstore: open %s: %w", r, err)
+		}
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

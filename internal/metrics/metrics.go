@@ -118,6 +118,9 @@ type Metrics struct {
 	webhooksRefused   *prometheus.CounterVec
 	dedupHits         prometheus.Counter
 
+	// Scaler events (scaler.go).
+	sc scalerSeries
+
 	mu        sync.Mutex
 	everSeen  map[string]bool // queue labels ever reported (sticky zero)
 	highTicks int             // refreshes in a row with pending ≥ threshold
@@ -197,11 +200,13 @@ func New(reg *prometheus.Registry, deps Deps, cfg Config) (*Metrics, error) {
 		dedupHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "kiln_dedup_hits_total",
 			Help: "Webhook redeliveries dropped because their delivery id was already received."}),
 	}
+	m.sc = newScalerSeries()
 	m.preset()
 	cs := []prometheus.Collector{
 		m.queueDepth, m.queueByLabel, m.jobs, m.refreshFailure,
 		m.jobsFinished, m.executions, m.executionDuration, m.steps, m.unroutable,
 		m.webhooksReceived, m.webhooksProcessed, m.webhooksRefused, m.dedupHits,
+		m.sc.spawnFailures, m.sc.refusals, m.sc.redispatch, m.sc.scaleUp, m.sc.scaleDown, m.sc.registered,
 		scrapeCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -37,13 +37,16 @@ const (
 const (
 	ErrInvalidMessage = "INVALID_MESSAGE"
 	ErrAgentIDInUse   = "AGENT_ID_IN_USE"
-	ErrUnauthorized   = "UNAUTHORIZED"
-	ErrProtocol       = "PROTOCOL_VERSION"
-	ErrRateLimited    = "RATE_LIMITED"
-	ErrTooLarge       = "MESSAGE_TOO_LARGE"
-	ErrStaleLease     = "STALE_LEASE" // an update for a job the agent no longer holds
-	ErrNotRegistered  = "NOT_REGISTERED"
-	ErrInternal       = "INTERNAL"
+	// ErrAgentIDBound: the id belongs to another agent (its secret does
+	// not match); closed with CloseAuthFailed, not retried.
+	ErrAgentIDBound  = "AGENT_ID_BOUND"
+	ErrUnauthorized  = "UNAUTHORIZED"
+	ErrProtocol      = "PROTOCOL_VERSION"
+	ErrRateLimited   = "RATE_LIMITED"
+	ErrTooLarge      = "MESSAGE_TOO_LARGE"
+	ErrStaleLease    = "STALE_LEASE" // an update for a job the agent no longer holds
+	ErrNotRegistered = "NOT_REGISTERED"
+	ErrInternal      = "INTERNAL"
 )
 
 // Default timings of the protocol's two ends (docs/protocol.md explains
@@ -58,6 +61,12 @@ const (
 	DefaultDropAfter            = 180 * time.Second
 	DefaultJobHeartbeatInterval = 60 * time.Second
 	DefaultMaxReconnectDelay    = 60 * time.Second
+	// DefaultRecoveryWindow mirrors store.DefaultRecoveryWindow for the
+	// agent, which computes its lease from it when an older orchestrator
+	// does not send one; DefaultLeaseMargin is subtracted from the lease
+	// so the agent stops a job before the orchestrator gives it away.
+	DefaultRecoveryWindow = 120 * time.Second
+	DefaultLeaseMargin    = 30 * time.Second
 )
 
 // Size limits. A frame over MaxFrameBytes closes the connection with
@@ -76,4 +85,6 @@ const (
 	MaxNameLen       = 512
 	MaxTokenLen      = 512
 	MaxMetadataLen   = 256
+	MinSecretLen     = 32
+	MaxSecretLen     = 128
 )

@@ -66,17 +66,21 @@ type InFlight struct {
 }
 
 // Register announces the agent after auth: who it is, what it offers, and
-// which jobs it is still running (after a reconnect).
+// which jobs it is still running (after a reconnect). AgentSecret proves
+// the agent is the one that first registered AgentID: the orchestrator
+// binds the id to it at the first registration and refuses the id to
+// anyone without it.
 type Register struct {
-	AgentID  string     `json:"agent_id"`
-	Labels   []string   `json:"labels"`
-	MaxJobs  int        `json:"max_jobs"`
-	InFlight []InFlight `json:"in_flight,omitempty"`
-	Hostname string     `json:"hostname,omitempty"`
-	OS       string     `json:"os,omitempty"`
-	Arch     string     `json:"arch,omitempty"`
-	Version  string     `json:"version,omitempty"`
-	Draining bool       `json:"draining,omitempty"`
+	AgentID     string     `json:"agent_id"`
+	AgentSecret string     `json:"agent_secret"`
+	Labels      []string   `json:"labels"`
+	MaxJobs     int        `json:"max_jobs"`
+	InFlight    []InFlight `json:"in_flight,omitempty"`
+	Hostname    string     `json:"hostname,omitempty"`
+	OS          string     `json:"os,omitempty"`
+	Arch        string     `json:"arch,omitempty"`
+	Version     string     `json:"version,omitempty"`
+	Draining    bool       `json:"draining,omitempty"`
 }
 
 // Heartbeat says the agent is alive; it is never buffered or replayed.
@@ -190,6 +194,29 @@ type RegisterAck struct {
 	Dropped                []string `json:"dropped,omitempty"`
 	HeartbeatIntervalMS    int64    `json:"heartbeat_interval_ms"`
 	JobHeartbeatIntervalMS int64    `json:"job_heartbeat_interval_ms"`
+	// The agent's lease (B126): the orchestrator's drop_after, recovery
+	// window and lease margin, from which both ends compute the same
+	// AgentLease. Zero (an older orchestrator): the defaults.
+	DropAfterMS      int64 `json:"drop_after_ms,omitempty"`
+	RecoveryWindowMS int64 `json:"recovery_window_ms,omitempty"`
+	LeaseMarginMS    int64 `json:"lease_margin_ms,omitempty"`
+}
+
+// Lease is how long the agent may keep running jobs without hearing from
+// its coordinators (B126): drop_after + recovery_window − margin, the
+// defaults' when the ack names none, and never less than a second.
+func (m *RegisterAck) Lease() time.Duration {
+	drop, window, margin := DefaultDropAfter, DefaultRecoveryWindow, DefaultLeaseMargin
+	if m.DropAfterMS > 0 && m.RecoveryWindowMS > 0 {
+		drop, window = time.Duration(m.DropAfterMS)*time.Millisecond, time.Duration(m.RecoveryWindowMS)*time.Millisecond
+		margin = time.Duration(max(m.LeaseMarginMS, 0)) * time.Millisecond
+	}
+	return AgentLease(drop, window, margin)
+}
+
+// AgentLease is drop_after + recovery_window − margin, at least a second.
+func AgentLease(dropAfter, recoveryWindow, margin time.Duration) time.Duration {
+	return max(dropAfter+recoveryWindow-margin, time.Second)
 }
 
 // Dispatch hands one job to the agent under a lease epoch: every update the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kilnci/kiln/internal/artifacts"
 	"io"
 	"net"
 	"net/url"
@@ -18,9 +19,11 @@ import (
 
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
+	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/metrics"
 	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -45,6 +48,17 @@ type Config struct {
 	Runs     RunsConfig     `yaml:"runs"`
 	Metrics  MetricsConfig  `yaml:"metrics"`
 	Storage  StorageConfig  `yaml:"storage"`
+
+	// Scalers start agents on demand (docs/scalers.md); ScalerCaps bound
+	// them all.
+	Scalers    []scaler.Config `yaml:"scalers"`
+	ScalerCaps scaler.Caps     `yaml:"scaler_caps"`
+	Artifacts  ArtifactsConfig `yaml:"artifacts"`
+}
+
+// ArtifactsConfig bounds the artifacts jobs upload (docs/storage.md).
+type ArtifactsConfig struct {
+	MaxBytes int64 `yaml:"max_bytes" doc:"the largest artifact kiln stores, in bytes as uploaded (a gzipped tar); a larger upload fails the job"`
 }
 
 // LogConfig configures the server's own structured log.
@@ -55,14 +69,15 @@ type LogConfig struct {
 
 // HTTPConfig bounds how long a client may hold the HTTP server's
 // resources: every request's headers and body, idle keep-alive
-// connections, and each write of a response. Streamed responses (log
-// follows) and agent connections at /ws take write_timeout per write and
-// clear read_timeout, which would otherwise end them.
+// connections, and each write of a response (a deadline per write, so a
+// long response its client keeps reading is never cut off). Streamed
+// responses (log follows) and agent connections at /ws clear read_timeout,
+// which would otherwise end them.
 type HTTPConfig struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" doc:"a request's headers must arrive within this"`
 	ReadTimeout       time.Duration `yaml:"read_timeout" doc:"a request's headers and body must arrive within this (a slower webhook is cut off)"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout" doc:"a keep-alive connection idle this long is closed"`
-	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"a response (or each write of a streamed one) must be taken by the client within this"`
+	WriteTimeout      time.Duration `yaml:"write_timeout" doc:"each write of a response must be taken by the client within this (per write, not for the whole response)"`
 }
 
 // The HTTP server's default timeouts (docs/configuration.md).
@@ -84,6 +99,7 @@ type AgentsConfig struct {
 	StaleAfter           time.Duration `yaml:"stale_after" doc:"a running job without a job heartbeat this long is timed_out_stale"`
 	AckTimeout           time.Duration `yaml:"ack_timeout" doc:"an agent must acknowledge a dispatched job this soon, else the job is requeued"`
 	RecoveryWindow       time.Duration `yaml:"recovery_window" doc:"how long a started job waits for its lost agent to reconnect"`
+	LeaseMargin          time.Duration `yaml:"lease_margin" doc:"an agent stops its jobs this long before the orchestrator could give them to another (see docs/faults.md)"`
 	MaxMessageBytes      int           `yaml:"max_message_bytes" doc:"largest WebSocket frame accepted from an agent once it has authenticated (4 KiB before)"`
 	MaxUnauthenticated   int           `yaml:"max_unauthenticated" doc:"agent connections that have not authenticated yet, in all; one more is refused with 503"`
 	MaxUnauthPerAddress  int           `yaml:"max_unauthenticated_per_address" doc:"agent connections that have not authenticated yet from one remote address"`
@@ -102,9 +118,11 @@ type QueueConfig struct {
 
 // WebhooksConfig configures ingress.
 type WebhooksConfig struct {
-	MaxBodyBytes int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
-	DedupTTL     time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
-	ClaimLease   time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
+	MaxBodyBytes  int64         `yaml:"max_body_bytes" doc:"largest webhook body accepted (413 above it)"`
+	MaxUnverified int           `yaml:"max_unverified" doc:"webhook bodies read at once before their signature is checked; more wait, then get 503"`
+	InMemoryBytes int64         `yaml:"in_memory_bytes" doc:"how much of an unverified webhook body is held in memory; the rest is spooled to data_dir/tmp"`
+	DedupTTL      time.Duration `yaml:"dedup_ttl" doc:"how long a delivery id is remembered to drop redeliveries"`
+	ClaimLease    time.Duration `yaml:"claim_lease" doc:"how long a server holds a delivery it processes; one a crashed server held is taken over after this"`
 }
 
 // RunsConfig configures runs.
@@ -161,6 +179,7 @@ func DefaultConfig() Config {
 			StaleAfter:           store.DefaultStaleAfter,
 			AckTimeout:           store.DefaultAckTimeout,
 			RecoveryWindow:       store.DefaultRecoveryWindow,
+			LeaseMargin:          proto.DefaultLeaseMargin,
 			MaxMessageBytes:      proto.MaxFrameBytes,
 			MaxUnauthenticated:   fleet.DefaultMaxUnauthenticated,
 			MaxUnauthPerAddress:  fleet.DefaultMaxUnauthenticatedPerAddress,
@@ -175,9 +194,11 @@ func DefaultConfig() Config {
 			RedriveInterval: fleet.DefaultRedriveInterval,
 		},
 		Webhooks: WebhooksConfig{
-			MaxBodyBytes: ingress.DefaultMaxBodyBytes,
-			DedupTTL:     store.DefaultDedupTTL,
-			ClaimLease:   ingress.DefaultClaimLease,
+			MaxBodyBytes:  ingress.DefaultMaxBodyBytes,
+			MaxUnverified: ingress.DefaultMaxUnverified,
+			InMemoryBytes: forge.DefaultInMemoryBody,
+			DedupTTL:      store.DefaultDedupTTL,
+			ClaimLease:    ingress.DefaultClaimLease,
 		},
 		Runs: RunsConfig{
 			CancelGrace:      engine.DefaultCancelGrace,
@@ -191,6 +212,8 @@ func DefaultConfig() Config {
 			Backend: "filesystem",
 			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
+		Artifacts:  ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
+		ScalerCaps: scaler.DefaultCaps(),
 	}
 }
 
@@ -279,6 +302,9 @@ func eachField(v reflect.Value, prefix string, fn func(key string, v reflect.Val
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		key := prefix + f.Tag.Get("yaml")
+		if f.Type.Kind() == reflect.Slice {
+			continue // scalers: a list, set only in the file
+		}
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
 			if err := eachField(v.Field(i), key+".", fn); err != nil {
 				return err
@@ -308,6 +334,12 @@ func setField(v reflect.Value, raw string) error {
 			return fmt.Errorf("%q is not true or false", raw)
 		}
 		v.SetBool(b)
+	case v.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", raw)
+		}
+		v.SetFloat(f)
 	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
@@ -369,7 +401,8 @@ func (c *Config) Validate() error {
 		{"agents.heartbeat_interval", a.HeartbeatInterval}, {"agents.unhealthy_after", a.UnhealthyAfter},
 		{"agents.drop_after", a.DropAfter}, {"agents.job_heartbeat_interval", a.JobHeartbeatInterval},
 		{"agents.stale_after", a.StaleAfter}, {"agents.ack_timeout", a.AckTimeout},
-		{"agents.recovery_window", a.RecoveryWindow}, {"queue.sweep_interval", c.Queue.SweepInterval},
+		{"agents.recovery_window", a.RecoveryWindow}, {"agents.lease_margin", a.LeaseMargin},
+		{"queue.sweep_interval", c.Queue.SweepInterval},
 		{"queue.redrive_interval", c.Queue.RedriveInterval}, {"queue.unroutable_grace", c.Queue.UnroutableGrace},
 		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"webhooks.claim_lease", c.Webhooks.ClaimLease},
 		{"runs.cancel_grace", c.Runs.CancelGrace},
@@ -384,6 +417,13 @@ func (c *Config) Validate() error {
 	}
 	if a.DropAfter <= a.HeartbeatInterval {
 		add("agents.drop_after (%s) must be longer than agents.heartbeat_interval (%s)", a.DropAfter, a.HeartbeatInterval)
+	}
+	if a.RecoveryWindow <= a.LeaseMargin+2*a.HeartbeatInterval {
+		// An agent that lost its connection keeps its jobs for the window
+		// minus the margin after its last answered heartbeat, and needs a
+		// heartbeat and a ping's wait to notice the loss (B126).
+		add("agents.recovery_window (%s) must be longer than agents.lease_margin (%s) plus twice agents.heartbeat_interval (%s)",
+			a.RecoveryWindow, a.LeaseMargin, a.HeartbeatInterval)
 	}
 	if a.StaleAfter <= a.JobHeartbeatInterval {
 		add("agents.stale_after (%s) must be longer than agents.job_heartbeat_interval (%s)", a.StaleAfter, a.JobHeartbeatInterval)
@@ -406,6 +446,12 @@ func (c *Config) Validate() error {
 	if c.Webhooks.MaxBodyBytes < 1<<10 {
 		add("webhooks.max_body_bytes must be at least 1024, got %d", c.Webhooks.MaxBodyBytes)
 	}
+	if c.Webhooks.MaxUnverified < 1 {
+		add("webhooks.max_unverified must be at least 1, got %d", c.Webhooks.MaxUnverified)
+	}
+	if c.Webhooks.InMemoryBytes < 4<<10 || c.Webhooks.InMemoryBytes > 16<<20 {
+		add("webhooks.in_memory_bytes must be between 4096 and 16777216, got %d", c.Webhooks.InMemoryBytes)
+	}
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			add("metrics.listen: %q is not host:port (e.g. 127.0.0.1:9464)", c.Metrics.Listen)
@@ -417,6 +463,10 @@ func (c *Config) Validate() error {
 		add("metrics.backpressure_threshold must be at least 1, got %d", c.Metrics.BackpressureThreshold)
 	}
 	errs = append(errs, c.Storage.validate()...)
+	if c.Artifacts.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("artifacts.max_bytes must be at least 1, got %d", c.Artifacts.MaxBytes))
+	}
+	errs = append(errs, scaler.Validate(c.Scalers, c.ScalerCaps)...)
 	return errors.Join(errs...)
 }
 

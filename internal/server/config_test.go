@@ -122,3 +122,36 @@ func TestMetricsConfigIsChecked(t *testing.T) {
 		t.Errorf("two :0 listeners refused: %v", err)
 	}
 }
+
+// The scalers of a configuration file are strict, like the rest of it: a
+// misspelt key names the closest one, a bad value its key.
+// Proves B166 (docs/behaviours.md).
+func TestScalersInTheFileAreStrict(t *testing.T) {
+	dir := t.TempDir()
+	load := func(body string) error {
+		path := filepath.Join(dir, "kiln.yml")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := DefaultConfig()
+		if err := c.LoadFile(path); err != nil {
+			return err
+		}
+		return c.Validate()
+	}
+	err := load("scalers:\n  - name: builders\n    type: process\n    labels: [scaled]\n    max_agent: 4\n")
+	if err == nil || !strings.Contains(err.Error(), `unknown key "max_agent"; did you mean "max_agents"?`) {
+		t.Fatalf("typo: %v", err)
+	}
+	err = load("scalers:\n  - name: builders\n    type: procss\n    labels: [scaled]\n    max_agents: 4\nscaler_caps:\n  cpus: many\n")
+	if err == nil || !strings.Contains(err.Error(), "scaler_caps.cpus") {
+		t.Fatalf("caps: %v", err)
+	}
+	err = load("scalers:\n  - name: builders\n    type: procss\n    labels: [scaled]\n    max_agents: 4\n")
+	if err == nil || !strings.Contains(err.Error(), `scalers[0] (builders).type: "procss" is not one of`) {
+		t.Fatalf("type: %v", err)
+	}
+	if err := load("scalers:\n  - name: builders\n    type: process\n    labels: [scaled]\n    max_agents: 4\n"); err != nil {
+		t.Fatalf("a good scaler: %v", err)
+	}
+}

@@ -99,7 +99,7 @@ func isSection(t reflect.Type) bool { return t.Kind() == reflect.Struct && t != 
 
 func isScalar(t reflect.Type) bool {
 	switch t.Kind() {
-	case reflect.String, reflect.Bool, reflect.Int, reflect.Int64:
+	case reflect.String, reflect.Bool, reflect.Int, reflect.Int64, reflect.Float64:
 		return true
 	}
 	return false
@@ -113,6 +113,8 @@ func scalarWants(t reflect.Type) string {
 		return "true or false"
 	case t.Kind() == reflect.String:
 		return "text"
+	case t.Kind() == reflect.Float64:
+		return "a number"
 	}
 	return "a whole number"
 }

@@ -44,14 +44,10 @@ type metricsListener struct {
 	srv *http.Server
 }
 
-func listenMetrics(addr string, hc HTTPConfig, m *metrics.Metrics, log *slog.Logger) (*metricsListener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics.listen on %s: %w", addr, err)
-	}
+func listenMetrics(ln net.Listener, hc HTTPConfig, m *metrics.Metrics, log *slog.Logger) *metricsListener {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
-	return &metricsListener{ln: ln, srv: newHTTPServer(hc, mux, log)}, nil
+	mux.Handle("GET /metrics", perWriteDeadlines(m.Handler(), hc.WriteTimeout))
+	return &metricsListener{ln: ln, srv: newHTTPServer(hc, mux, log)}
 }
 
 // Run serves until ctx ends.

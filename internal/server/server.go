@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kilnci/kiln/internal/artifacts"
 	"io"
 	"log/slog"
 	"net"
@@ -85,6 +86,26 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		opts.Clock = time.Now
 	}
 	started := time.Now()
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Bind before anything is created: a first start that cannot listen
+	// (the port is in use) leaves no database behind and prints no admin
+	// token it would then lose (B129).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	var rawMetricsLn net.Listener
+	if cfg.Metrics.Listen != "" {
+		if rawMetricsLn, err = net.Listen("tcp", cfg.Metrics.Listen); err != nil {
+			return fmt.Errorf("metrics.listen on %s: %w", cfg.Metrics.Listen, err)
+		}
+		defer rawMetricsLn.Close()
+	}
 	if err := secureDataDir(cfg, log); err != nil {
 		return err
 	}
@@ -110,14 +131,27 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 
+	// Webhook bodies larger than webhooks.in_memory_bytes wait here, in
+	// unlinked files, until they are verified (B103).
+	spoolDir := filepath.Join(cfg.DataDir, "tmp")
+	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
 	sources := ingress.NewSources(db, forge.Options{Logger: log.With("part", "forge")})
 	creds := opts.CloneCredentials
 	if creds == nil {
 		creds = sourceCredentials{sources}
 	}
 	// The fleet serves agents; what its store operations commit goes to
-	// the engine through fl.Effects().
-	fl, err := fleet.New(db, logs, creds, fleetConfig(cfg, opts.Clock, log))
+	// the engine through fl.Effects(). The scalers start agents for the
+	// jobs it leaves waiting.
+	scalers, err := newScalers(cfg, db, opts, log.With("part", "scaler"))
+	if err != nil {
+		return err
+	}
+	fcfg := fleetConfig(cfg, opts.Clock, log)
+	fcfg.Scaler = fleetScaler(scalers)
+	fl, err := fleet.New(db, logs, creds, fcfg)
 	if err != nil {
 		return err
 	}
@@ -126,42 +160,49 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if scalers != nil {
+		scalers.SetFleet(fl)
+		scalers.SetHooks(met.ScalerHooks())
+	}
 	// The engine wakes and cancels jobs through the fleet, applies what the
 	// fleet commits, and tells the metrics what it did.
 	eng := engine.New(db, fl, engine.Config{
 		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
 		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
-		Hooks: met.EngineHooks(),
+		Hooks: met.EngineHooks(), Scalers: engineScalers(scalers),
 	})
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
-		Recorded: met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
+		MaxUnverified: cfg.Webhooks.MaxUnverified, InMemoryBytes: cfg.Webhooks.InMemoryBytes, SpoolDir: spoolDir,
+		UnverifiedWait: cfg.HTTP.ReadTimeout / 2,
+		Recorded:       met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
 	})
 	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
-	mux := http.NewServeMux()
-	mux.Handle("GET /ws", fl.Handler())
-	mux.HandleFunc("POST /webhook/{kind}/{source}", proc.Webhook)
-	if cfg.Metrics.Listen == "" {
-		mux.Handle("GET /metrics", metricsOnMain(db, met, log))
-	}
-	if err := mountAPI(mux, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout}); err != nil {
+	arts, err := artifacts.New(db, blobs, artifacts.Config{MaxBytes: cfg.Artifacts.MaxBytes, Idle: cfg.HTTP.WriteTimeout,
+		Logger: log.With("part", "artifacts")})
+	if err != nil {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	mux := http.NewServeMux()
+	mux.Handle("GET /ws", fl.Handler())
+	perWrite := func(h http.Handler) http.Handler { return perWriteDeadlines(h, cfg.HTTP.WriteTimeout) }
+	mux.Handle("POST /webhook/{kind}/{source}", perWrite(http.HandlerFunc(proc.Webhook)))
+	mux.Handle("/agent/v1/", arts.AgentHandler()) // its own deadlines, per read and per write
+	if cfg.Metrics.Listen == "" {
+		mux.Handle("GET /metrics", perWrite(metricsOnMain(db, met, log)))
 	}
+	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
+		return err
+	}
+
 	metricsURL := "http://" + ln.Addr().String() + "/metrics"
 	var metricsLn *metricsListener
-	if cfg.Metrics.Listen != "" {
-		if metricsLn, err = listenMetrics(cfg.Metrics.Listen, cfg.HTTP, met, log); err != nil {
-			ln.Close()
-			return err
-		}
-		metricsURL = "http://" + metricsLn.ln.Addr().String() + "/metrics"
+	if rawMetricsLn != nil {
+		metricsLn = listenMetrics(rawMetricsLn, cfg.HTTP, met, log)
+		metricsURL = "http://" + rawMetricsLn.Addr().String() + "/metrics"
 	}
 	// Requests run under baseCtx, which ends streamGrace after shutdown
 	// starts: ordinary requests finish, long-lived ones (log follows) end.
@@ -205,6 +246,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		defer t.Stop()
 		return srv.Shutdown(sctx)
 	})
+	if scalers != nil {
+		scalers.SetServerURL(s.URL)
+		g.Go(func() error { return scalers.Run(gctx) })
+	}
 	if cfg.LocalAgents > 0 {
 		la := &localAgents{db: db, cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
 		g.Go(func() error { return la.Run(gctx) })
@@ -218,14 +263,14 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 }
 
 // newHTTPServer is an HTTP server with the configured timeouts: a client
-// holds a connection only as long as its headers, body, idle keep-alive and
-// each response take (B101). WriteTimeout is a deadline for a whole
-// ordinary response; the streaming handlers (the log follow, /ws) replace
-// it with a deadline per write and clear the read deadline.
+// holds a connection only as long as its headers, body and idle keep-alive
+// take (B101); the handlers give each write its own deadline
+// (perWriteDeadlines), and the streaming ones (the log follow, /ws) clear
+// the read deadline, which would end them.
 func newHTTPServer(c HTTPConfig, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler: h, ReadHeaderTimeout: c.ReadHeaderTimeout, ReadTimeout: c.ReadTimeout,
-		IdleTimeout: c.IdleTimeout, WriteTimeout: c.WriteTimeout, MaxHeaderBytes: maxHeaderBytes,
+		IdleTimeout: c.IdleTimeout, MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

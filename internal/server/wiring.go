@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/kilnci/kiln/internal/artifacts"
 	"log/slog"
 	"net/http"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/ingress"
 	"github.com/kilnci/kiln/internal/logstore"
+	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -20,6 +22,7 @@ func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Con
 		AuthTimeout: a.AuthTimeout, RegisterTimeout: a.RegisterTimeout,
 		HeartbeatInterval: a.HeartbeatInterval, JobHeartbeatInterval: a.JobHeartbeatInterval,
 		UnhealthyAfter: a.UnhealthyAfter, DropAfter: a.DropAfter,
+		RecoveryWindow: a.RecoveryWindow, LeaseMargin: a.LeaseMargin,
 		SweepInterval: cfg.Queue.SweepInterval, RedriveInterval: cfg.Queue.RedriveInterval,
 		MaxMessageBytes:    int64(a.MaxMessageBytes),
 		MaxUnauthenticated: a.MaxUnauthenticated, MaxUnauthenticatedPerAddress: a.MaxUnauthPerAddress,
@@ -36,20 +39,23 @@ type apiDeps struct {
 	proc    *ingress.Processor
 	sources *ingress.Sources
 	logs    *logstore.Store
+	arts    *artifacts.Service
 	log     *slog.Logger
+	scalers *scaler.Manager
 	// writeTimeout is http.write_timeout, taken per write by log follows.
 	writeTimeout time.Duration
 }
 
 // mountAPI puts the REST API, /health and /ready on mux.
-func mountAPI(mux *http.ServeMux, d apiDeps) error {
+func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
-		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet},
+		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
+		Artifacts: d.arts,
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err
 	}
-	mux.Handle("/", h)
+	mux.Handle("/", wrap(h))
 	return nil
 }
 
@@ -71,3 +77,25 @@ func (v fleetView) Agents() []api.AgentView {
 
 func (v fleetView) Drain(id string) error          { return v.f.Drain(id) }
 func (v fleetView) DisconnectToken(tokenID string) { v.f.DisconnectToken(tokenID) }
+
+// scalersView adapts the scaler manager to what the API shows (nil: none).
+func scalersView(m *scaler.Manager) api.Scalers {
+	if m == nil {
+		return nil
+	}
+	return scalerView{m}
+}
+
+type scalerView struct{ m *scaler.Manager }
+
+func (v scalerView) Statuses() []api.ScalerView {
+	ss := v.m.Statuses()
+	out := make([]api.ScalerView, len(ss))
+	for i, s := range ss {
+		out[i] = api.ScalerView{Name: s.Name, Type: s.Type, Labels: s.Labels, Mandatory: s.Mandatory, Active: s.Active,
+			Spawning: s.Spawning, MaxAgents: s.MaxAgents, WarmReady: s.WarmReady, WarmTarget: s.WarmTarget,
+			ConsecutiveFailures: s.ConsecutiveFailures, LastError: s.LastError, LastErrorAt: s.LastErrorAt,
+			RetryAt: s.RetryAt, Retiring: s.Retiring}
+	}
+	return out
+}

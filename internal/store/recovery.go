@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/runrules"
@@ -114,6 +115,22 @@ func (q Queue) AgentLost(ctx context.Context, agentID string) (SweepResult, erro
 	})
 	res.Effects = eff
 	return res, err
+}
+
+// HoldRecovery keeps the agent's recovering jobs waiting until at least
+// until (B127). A restarted orchestrator calls it for the agents of the
+// previous process, which may have heard from that process until it died: an
+// agent keeps running its jobs for its lease (drop_after + recovery_window −
+// margin) after it last heard from a coordinator, so their recovery must not
+// end before then plus the margin. Only later deadlines are written.
+func (q Queue) HoldRecovery(ctx context.Context, agentID string, until time.Time) error {
+	_, err := q.h.op(ctx, func(t *txn) error {
+		_, err := t.exec(ctx, `UPDATE jobs SET recovery_deadline = ?, updated_at = ?
+			WHERE `+inActiveRuns+` AND agent_id = ? AND status = 'recovering' AND recovery_deadline < ?`,
+			ms(until), ms(t.now), agentID, ms(until))
+		return err
+	})
+	return err
 }
 
 // RequeueUnstarted ends at once the recovery of the agent's recovering jobs

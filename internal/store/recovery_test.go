@@ -328,3 +328,48 @@ func TestStaleDetector(t *testing.T) {
 		}
 	})
 }
+
+// HoldRecovery lengthens the recovery of one agent's recovering jobs, never
+// shortens it, and leaves other agents' jobs alone: a restarted
+// orchestrator gives the previous process's jobs drop_after + the window.
+// Proves B127.
+func TestHoldRecoveryOnlyLengthensTheAgentsWindow(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("held"), job("other")))
+		ch := claimJob(t, db, "a1", cr.Jobs["held"])
+		co := claimJob(t, db, "a2", cr.Jobs["other"])
+		for _, c := range []store.Claimed{ch, co} {
+			if err := db.Jobs().Start(ctx, lease(c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, a := range []string{"a1", "a2"} {
+			if _, err := db.Queue().AgentLost(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hold := 3 * store.DefaultRecoveryWindow
+		if err := db.Queue().HoldRecovery(ctx, "a1", clock.Now().Add(hold)); err != nil {
+			t.Fatal(err)
+		}
+		// A shorter hold changes nothing.
+		if err := db.Queue().HoldRecovery(ctx, "a1", clock.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(store.DefaultRecoveryWindow)
+		res, err := db.Queue().SweepRecovery(ctx)
+		if err != nil || len(res.Jobs) != 1 || res.Jobs[0].JobID != co.JobID {
+			t.Fatalf("after the window: swept %+v %v, want only the other agent's job", res.Jobs, err)
+		}
+		wantStatus(t, db, ch.JobID, kiln.JobRecovering)
+		clock.Advance(hold - store.DefaultRecoveryWindow - time.Millisecond)
+		if res, _ := db.Queue().SweepRecovery(ctx); len(res.Jobs) != 0 {
+			t.Fatalf("swept inside the hold: %+v", res.Jobs)
+		}
+		clock.Advance(time.Millisecond)
+		if res, _ := db.Queue().SweepRecovery(ctx); len(res.Jobs) != 1 {
+			t.Fatalf("not swept at the end of the hold: %+v", res.Jobs)
+		}
+		wantStatus(t, db, ch.JobID, kiln.JobQueued)
+	})
+}

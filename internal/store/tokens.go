@@ -68,6 +68,9 @@ type AgentTokenSpec struct {
 	ExpiresAt time.Time // zero: never
 	SingleUse bool      // consumed by its first authentication
 	CreatedBy string
+	// AgentID, when set, binds the token to one agent id: only an agent
+	// registering with that id may use it (a scaler's ephemeral token).
+	AgentID string
 }
 
 // AgentToken is a stored agent token (never the secret).
@@ -84,9 +87,10 @@ type AgentToken struct {
 	RevokedAt  time.Time
 	ConsumedAt time.Time
 	LastUsedAt time.Time
+	AgentID    string // "": any agent id
 }
 
-const agentTokenCols = `id, prefix, name, labels, mandatory, single_use, created_by, created_at, expires_at, revoked_at, consumed_at, last_used_at`
+const agentTokenCols = `id, prefix, name, labels, mandatory, single_use, created_by, created_at, expires_at, revoked_at, consumed_at, last_used_at, COALESCE(agent_id, '')`
 
 func scanAgentToken(r interface{ Scan(...any) error }) (AgentToken, error) {
 	var tk AgentToken
@@ -94,7 +98,7 @@ func scanAgentToken(r interface{ Scan(...any) error }) (AgentToken, error) {
 	var mandatory string
 	var created, expires, revoked, consumed, used sql.NullInt64
 	err := r.Scan(&tk.ID, &tk.Prefix, &tk.Name, &labels, &mandatory, &tk.SingleUse, &tk.CreatedBy,
-		&created, &expires, &revoked, &consumed, &used)
+		&created, &expires, &revoked, &consumed, &used, &tk.AgentID)
 	if labels.Valid {
 		tk.Labels = kiln.ParseLabelsKey(labels.String)
 	}
@@ -124,12 +128,16 @@ func (a Auth) CreateAgentToken(ctx context.Context, spec AgentTokenSpec) (AgentT
 	if spec.Labels != nil {
 		labels = kiln.NewLabels(spec.Labels...).Key()
 	}
+	var boundTo any
+	if spec.AgentID != "" {
+		boundTo = spec.AgentID
+	}
 	var tk AgentToken
 	err = a.h.write(ctx, func(t *txn) error {
 		tk, err = scanAgentToken(t.queryRow(ctx, `INSERT INTO agent_tokens (id, hash, prefix, name, labels, mandatory, single_use,
-			created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+agentTokenCols,
+			created_by, created_at, expires_at, agent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+agentTokenCols,
 			id, HashToken(secret), displayPrefix(secret, AgentTokenPrefix), spec.Name, labels,
-			kiln.NewLabels(spec.Mandatory...).Key(), boolInt(spec.SingleUse), spec.CreatedBy, ms(t.now), nullMS(spec.ExpiresAt)))
+			kiln.NewLabels(spec.Mandatory...).Key(), boolInt(spec.SingleUse), spec.CreatedBy, ms(t.now), nullMS(spec.ExpiresAt), boundTo))
 		return err
 	})
 	if err != nil {
@@ -178,7 +186,7 @@ func (a Auth) VerifyAgentToken(ctx context.Context, secret string) (AgentToken, 
 		return AgentToken{}, err
 	}
 	if now.Sub(tk.LastUsedAt) >= lastUsedEvery {
-		err = a.h.write(ctx, func(t *txn) error {
+		err = a.h.bestEffort(ctx, "agent token last_used_at", func(t *txn) error {
 			_, err := t.exec(ctx, "UPDATE agent_tokens SET last_used_at = ? WHERE id = ?", ms(t.now), tk.ID)
 			return err
 		})
@@ -192,7 +200,9 @@ func (a Auth) VerifyAgentToken(ctx context.Context, secret string) (AgentToken, 
 // nor expired, and a single-use token is consumed by its first registration
 // and from then on admits only the agent that registration recorded (the
 // agents row with this token_id), so an ephemeral agent can reconnect after a
-// blip but no other agent can use its token. Anything else is ErrUnauthorized.
+// blip but no other agent can use its token; a token bound to an agent id
+// (AgentTokenSpec.AgentID) admits that id only. Anything else is
+// ErrUnauthorized.
 func (a Auth) ClaimAgentToken(ctx context.Context, tokenID, agentID string) (AgentToken, error) {
 	var tk AgentToken
 	err := a.h.write(ctx, func(t *txn) error {
@@ -201,9 +211,10 @@ func (a Auth) ClaimAgentToken(ctx context.Context, tokenID, agentID string) (Age
 		tk, err = scanAgentToken(t.queryRow(ctx, `UPDATE agent_tokens SET last_used_at = ?,
 			consumed_at = CASE WHEN single_use = 1 AND consumed_at IS NULL THEN ? ELSE consumed_at END
 			WHERE id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)
+			AND (agent_id IS NULL OR agent_id = ?)
 			AND (single_use = 0 OR consumed_at IS NULL
 				OR EXISTS (SELECT 1 FROM agents WHERE agents.id = ? AND agents.token_id = agent_tokens.id))
-			RETURNING `+agentTokenCols, now, now, tokenID, now, agentID))
+			RETURNING `+agentTokenCols, now, now, tokenID, now, agentID, agentID))
 		if isNoRows(err) {
 			return errBadToken()
 		}
