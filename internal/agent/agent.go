@@ -15,9 +15,11 @@ import (
 // agent is one agent process's state: its identity, its jobs, the outbox and
 // the current connection. Run creates it.
 type agent struct {
-	cfg    Config
-	url    string
-	id     string
+	cfg Config
+	url string
+	id  string
+	// secret proves the agent owns id (B113); sent in every register.
+	secret string
 	labels kiln.Labels
 	log    *slog.Logger
 	now    func() time.Time
@@ -100,8 +102,12 @@ func newAgent(cfg Config) (*agent, error) {
 			return nil, err
 		}
 	}
+	secret, err := agentSecret(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a := &agent{
-		cfg: cfg, url: url, id: id, labels: effectiveLabels(cfg.Labels),
+		cfg: cfg, url: url, id: id, secret: secret, labels: effectiveLabels(cfg.Labels),
 		log: cfg.Logger, now: cfg.Clock,
 		out:    newOutbox(cfg.BufferFrames, cfg.MaxFrameLines, cfg.Clock),
 		jobs:   map[string]*job{},
@@ -339,7 +345,7 @@ func (a *agent) registration() *proto.Register {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	reg := &proto.Register{
-		AgentID: a.id, Labels: a.labels, MaxJobs: a.cfg.MaxJobs,
+		AgentID: a.id, AgentSecret: a.secret, Labels: a.labels, MaxJobs: a.cfg.MaxJobs,
 		Hostname: clip(a.cfg.Hostname, proto.MaxMetadataLen), OS: goos, Arch: goarch,
 		Version: clip(a.cfg.Version, proto.MaxMetadataLen), Draining: a.draining,
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 )
 
-// Proves B43 (docs/behaviours.md).
+// The agent keeps its id and its secret (B113) in the state directory and
+// registers with both, the same after a restart.
+// Proves B43 and B113 (docs/behaviours.md).
 func TestRegisterSendsIdentityLabelsAndKeepsTheID(t *testing.T) {
 	orch := agenttest.New(t)
 	stateDir := t.TempDir()
@@ -38,6 +40,14 @@ func TestRegisterSendsIdentityLabelsAndKeepsTheID(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(stored)) != reg.AgentID {
 		t.Fatalf("state file %q (%v), id %q", stored, err, reg.AgentID)
 	}
+	// B113: the secret the id is bound to, kept private beside it.
+	secret, err := os.ReadFile(filepath.Join(stateDir, secretFile))
+	if err != nil || strings.TrimSpace(string(secret)) != reg.AgentSecret || !strings.HasPrefix(reg.AgentSecret, secretPrefix) {
+		t.Fatalf("secret file %q (%v), sent %q", secret, err, reg.AgentSecret)
+	}
+	if info, err := os.Stat(filepath.Join(stateDir, secretFile)); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file mode %v (%v)", info.Mode(), err)
+	}
 	h.stop()
 	if err := h.wait(t); err != nil {
 		t.Fatal(err)
@@ -46,8 +56,8 @@ func TestRegisterSendsIdentityLabelsAndKeepsTheID(t *testing.T) {
 	// A restart with the same state directory is the same agent.
 	startAgent(t, orch, func(c *Config) { c.StateDir = stateDir })
 	_, again := orch.Accept(t).Handshake(t, proto.RegisterAck{})
-	if again.AgentID != reg.AgentID {
-		t.Fatalf("restarted as %q, was %q", again.AgentID, reg.AgentID)
+	if again.AgentID != reg.AgentID || again.AgentSecret != reg.AgentSecret {
+		t.Fatalf("restarted as %q (secret %q), was %q (%q)", again.AgentID, again.AgentSecret, reg.AgentID, reg.AgentSecret)
 	}
 	// --id wins over the state directory.
 	startAgent(t, orch, func(c *Config) { c.StateDir = stateDir; c.ID = "ci-7" })

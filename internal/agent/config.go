@@ -56,7 +56,13 @@ type Config struct {
 	// ID is the agent id. Empty: the id kept in StateDir, generated on the
 	// first start as <hostname>-<random>.
 	ID string
-	// StateDir keeps the agent's id across restarts (DefaultStateDir),
+	// Secret proves to the orchestrator that this agent is the one its id
+	// was first registered by. Empty: the secret kept in StateDir
+	// (agent-secret, 0600), created on the first start; without a
+	// StateDir, one for this process only (a restart under the same id
+	// is then refused).
+	Secret string
+	// StateDir keeps the agent's id and secret across restarts (DefaultStateDir),
 	// and the work root unless Executor.WorkRoot names one. Steps cannot
 	// see it when they are isolated, but for their own job's directory.
 	StateDir string
@@ -140,6 +146,11 @@ func (c Config) validate() error {
 	}
 	if len(c.Token) > proto.MaxTokenLen || strings.ContainsAny(c.Token, " \t\r\n") {
 		return fmt.Errorf("the agent token must be one word of at most %d bytes", proto.MaxTokenLen)
+	}
+	if c.Secret != "" {
+		if err := proto.CheckAgentSecret(c.Secret); err != nil {
+			return errors.New("the agent secret must be 32 to 128 letters, digits, '-' or '_'")
+		}
 	}
 	if c.ID != "" {
 		if err := checkAgentID(c.ID); err != nil {

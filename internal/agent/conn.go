@@ -422,6 +422,9 @@ func (s *session) outcome(err error) error {
 	case proto.CloseProtocol:
 		return &fatalError{fmt.Errorf("the orchestrator does not speak protocol version %d (close %d%s); upgrade the agent or the orchestrator", proto.Version, ce.Code, detail)}
 	case proto.CloseAuthFailed:
+		if lastErr != nil && lastErr.Code == proto.ErrAgentIDBound {
+			return &fatalError{fmt.Errorf("the orchestrator refused the agent id (close %d%s)", ce.Code, detail)}
+		}
 		return &fatalError{fmt.Errorf("the orchestrator refused the agent token: it is unknown, revoked, expired, already used or does not allow these labels (close %d%s)", ce.Code, detail)}
 	case proto.CloseTokenRevoked:
 		return &fatalError{fmt.Errorf("the agent token was revoked (close %d%s)", ce.Code, detail)}

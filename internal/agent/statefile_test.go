@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,5 +76,34 @@ func TestNewAgentIDFromOddHostnames(t *testing.T) {
 		if err != nil || checkAgentID(id) != nil {
 			t.Errorf("%q: id %q, %v", host, id, err)
 		}
+	}
+}
+
+// A secret file others could read is narrowed to 0600 (and kept); one that
+// holds no valid secret is a clear error.
+// Proves B113 (docs/behaviours.md).
+func TestAgentSecretFileIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	secret, err := loadOrCreateSecret(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, secretFile)
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again, err := loadOrCreateSecret(dir, log)
+	if err != nil || again != secret {
+		t.Fatalf("reloaded %q, %v; was %q", again, err, secret)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v", info.Mode(), err)
+	}
+	if err := os.WriteFile(path, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadOrCreateSecret(dir, log); err == nil || !strings.Contains(err.Error(), "does not hold a valid agent secret") {
+		t.Fatalf("a bad secret file: %v", err)
 	}
 }

@@ -17,16 +17,19 @@ type AgentToken struct {
 	Name   string `json:"name,omitempty"`
 	// Labels scopes the token: agents using it may only offer these labels.
 	// null: not scoped.
-	Labels     kiln.Labels `json:"labels"`
-	Mandatory  kiln.Labels `json:"mandatory,omitempty"`
-	SingleUse  bool        `json:"single_use,omitempty"`
-	State      string      `json:"state"` // active, revoked, expired, consumed
-	CreatedBy  string      `json:"created_by,omitempty"`
-	CreatedAt  time.Time   `json:"created_at"`
-	ExpiresAt  *time.Time  `json:"expires_at,omitempty"`
-	RevokedAt  *time.Time  `json:"revoked_at,omitempty"`
-	ConsumedAt *time.Time  `json:"consumed_at,omitempty"`
-	LastUsedAt *time.Time  `json:"last_used_at,omitempty"`
+	Labels    kiln.Labels `json:"labels"`
+	Mandatory kiln.Labels `json:"mandatory,omitempty"`
+	SingleUse bool        `json:"single_use,omitempty"`
+	// AgentID, when set, binds the token to one agent id: it registers
+	// that id and no other.
+	AgentID    string     `json:"agent_id,omitempty"`
+	State      string     `json:"state"` // active, revoked, expired, consumed
+	CreatedBy  string     `json:"created_by,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	ConsumedAt *time.Time `json:"consumed_at,omitempty"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 }
 
 // TokenList is every agent token, newest first.
@@ -46,6 +49,8 @@ type CreateTokenRequest struct {
 	// empty: until revoked.
 	TTL       string `json:"ttl,omitempty"`
 	SingleUse bool   `json:"single_use,omitempty"`
+	// AgentID binds the token to one agent id (letters, digits, -_.:).
+	AgentID string `json:"agent_id,omitempty"`
 }
 
 // CreatedToken is a new token and its secret, which is shown only here.
@@ -68,7 +73,7 @@ const maxTokenTTL = 10 * 366 * 24 * time.Hour
 func tokenDTO(t store.AgentToken, now time.Time) AgentToken {
 	out := AgentToken{
 		ID: t.ID, Prefix: t.Prefix, Name: t.Name, Labels: t.Labels, Mandatory: t.Mandatory, SingleUse: t.SingleUse,
-		CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt.UTC(), ExpiresAt: tp(t.ExpiresAt), RevokedAt: tp(t.RevokedAt),
+		AgentID: t.AgentID, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt.UTC(), ExpiresAt: tp(t.ExpiresAt), RevokedAt: tp(t.RevokedAt),
 		ConsumedAt: tp(t.ConsumedAt), LastUsedAt: tp(t.LastUsedAt), State: TokenActive,
 	}
 	if len(out.Mandatory) == 0 {
@@ -138,7 +143,10 @@ func (req CreateTokenRequest) spec(now time.Time) (store.AgentTokenSpec, error) 
 	if req.Labels != nil && len(kiln.NewLabels(req.Labels...)) == 0 {
 		return spec, errorf(codeInvalid, "labels is empty; give at least one label, or leave labels out for a token that is not scoped")
 	}
-	spec.Name, spec.SingleUse, spec.Mandatory = req.Name, req.SingleUse, kiln.NewLabels(req.Mandatory...)
+	if req.AgentID != "" && !validAgentID(req.AgentID) {
+		return spec, errorf(codeInvalid, "agent_id %.40q must be at most 128 letters, digits, '-', '_', '.' or ':'", req.AgentID)
+	}
+	spec.Name, spec.SingleUse, spec.Mandatory, spec.AgentID = req.Name, req.SingleUse, kiln.NewLabels(req.Mandatory...), req.AgentID
 	if req.Labels != nil {
 		spec.Labels = kiln.NewLabels(req.Labels...)
 		for _, m := range spec.Mandatory {
@@ -182,4 +190,17 @@ func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, tokenDTO(tk, s.cfg.Clock()))
 	return nil
+}
+
+// validAgentID is the agent protocol's rule for ids.
+func validAgentID(id string) bool {
+	if len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		if !(r == '-' || r == '_' || r == '.' || r == ':' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') {
+			return false
+		}
+	}
+	return true
 }

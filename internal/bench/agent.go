@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -51,7 +53,7 @@ func dialAgent(ctx context.Context, url, token, id string, labels []string, maxJ
 	a := &agent{ws: ws, id: id, job: job, ackSig: make(chan struct{}), closed: make(chan struct{})}
 	for _, m := range []proto.Message{
 		&proto.Auth{Token: token, ProtocolVersion: proto.Version, AgentVersion: "bench"},
-		&proto.Register{AgentID: id, Labels: labels, MaxJobs: maxJobs, OS: "linux", Arch: "amd64", Hostname: "bench"},
+		&proto.Register{AgentID: id, AgentSecret: agentSecretFor(id), Labels: labels, MaxJobs: maxJobs, OS: "linux", Arch: "amd64", Hostname: "bench"},
 	} {
 		if err := a.send(ctx, m); err != nil {
 			ws.CloseNow()
@@ -246,4 +248,11 @@ func closeAgents(agents []*agent) {
 			a.close()
 		}
 	}
+}
+
+// agentSecretFor is the secret a scripted agent registers its id with (B113):
+// the same for every connection of the id.
+func agentSecretFor(id string) string {
+	sum := sha256.Sum256([]byte("kiln bench " + id))
+	return hex.EncodeToString(sum[:])
 }

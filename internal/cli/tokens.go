@@ -74,6 +74,9 @@ for all of them. A mandatory label must be among the token's labels when it is s
 			if tk.SingleUse {
 				fmt.Fprint(e.stderr, ", single use")
 			}
+			if tk.AgentID != "" {
+				fmt.Fprintf(e.stderr, ", for agent id %s only", tk.AgentID)
+			}
 			fmt.Fprintln(e.stderr, "\nthe secret below is shown only once:")
 			fmt.Fprintln(e.stdout, created.Secret)
 			return nil
@@ -85,6 +88,7 @@ for all of them. A mandatory label must be among the token's labels when it is s
 	fs.StringSliceVar(&req.Mandatory, "mandatory", nil, "labels agents using the token carry as mandatory")
 	fs.DurationVar(&ttl, "ttl", 0, "how long the token is valid (e.g. 1h, 720h; default: until revoked)")
 	fs.BoolVar(&req.SingleUse, "single-use", false, "the token is consumed by its first use")
+	fs.StringVar(&req.AgentID, "agent-id", "", "bind the token to this agent id: it registers no other")
 	fs.BoolVar(&asJSON, "json", false, "print the token and its secret as JSON")
 	// kiln agent takes --labels; accept the plural here too rather than
 	// fail a newcomer over one letter.
@@ -138,6 +142,9 @@ func newTokensListCmd(e *env, cf *clientFlags) *cobra.Command {
 				}
 				if t.SingleUse {
 					scope += " single-use"
+				}
+				if t.AgentID != "" {
+					scope += " id=" + t.AgentID
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, or(t.Name), t.Prefix, scope, labels(t.Mandatory),
 					t.State, ago(t.ExpiresAt), ago(t.LastUsedAt))

@@ -287,11 +287,13 @@ func waitLog(t testing.TB, p *proc, want string) {
 // AGENT_ID_IN_USE and a retryable close (4003), and the first keeps its
 // registration and its running job untouched. The same token reconnecting
 // replaces the older connection (which stops: close 4009), and once the id
-// is free a new token may take it.
+// is free the agent may come back with a new token. A process holding the
+// holder's own token but not its state directory's secret is refused for
+// good (close 4010) and the holder is untouched.
 //
-// B44 (AGENT_ID_IN_USE) and B45 (same-token
+// B44 (AGENT_ID_IN_USE), B45 (same-token
 // reconnects and a new token after the old connection closed are
-// accepted).
+// accepted) and B113 (the id is bound to the agent's secret).
 func TestAgentIDClaimedWithAnotherTokenIsRefusedAndTheHolderIsUntouched(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
@@ -305,7 +307,8 @@ jobs:
 `, gate)})
 	secretA, tokenA := agentToken(t, s.Client, api.CreateTokenRequest{Name: "a"})
 	secretB, tokenB := agentToken(t, s.Client, api.CreateTokenRequest{Name: "b"})
-	holder := startAgent(t, s.URL, secretA, agentOpts{id: "twin", labels: "twin"})
+	holderState := scratchDir(t)
+	holder := startAgent(t, s.URL, secretA, agentOpts{id: "twin", labels: "twin", stateDir: holderState})
 	before := waitConnected(t, s.Client, "twin")
 	run := triggerOne(t, s.Client, "app")
 	waitJob(t, s.Client, run.ID, "held", 30*time.Second, "running on twin", jobIs(kiln.JobRunning))
@@ -320,6 +323,19 @@ jobs:
 		t.Fatal("AGENT_ID_IN_USE is retryable, but the refused agent stopped")
 	}
 	impostor.kill()
+	// B113: a process with the holder's own token but not its state
+	// directory (so not its secret) cannot supersede it, and stops.
+	thief := startAgent(t, s.URL, secretA, agentOpts{id: "twin", labels: "twin"})
+	if code := thief.wait(t, 30*time.Second); code == 0 {
+		t.Fatal("the agent without the id's secret exited 0")
+	}
+	waitLog(t, thief, "the orchestrator refused the agent id (close 4010: agent id twin belongs to another agent")
+	if after, _ := agentByID(t, s.Client, "twin"); !after.Connected || !after.ConnectedAt.Equal(*before.ConnectedAt) || after.ActiveJobs != 1 {
+		t.Fatalf("the holder's registration changed: before %+v, after %+v", before, after)
+	}
+	if holder.exited() {
+		t.Fatal("the holder was superseded by an agent without its secret")
+	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -328,9 +344,9 @@ jobs:
 		t.Fatalf("the holder's job was disturbed: %s", describeRun(run))
 	}
 
-	// The same token reconnecting replaces the old connection, which
-	// stops for good (exit 0).
-	successor := startAgent(t, s.URL, secretA, agentOpts{id: "twin", labels: "twin"})
+	// The same agent (token and state directory) reconnecting replaces
+	// the old connection, which stops for good (exit 0).
+	successor := startAgent(t, s.URL, secretA, agentOpts{id: "twin", labels: "twin", stateDir: holderState})
 	if code := holder.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("the superseded agent exited %d", code)
 	}
@@ -340,8 +356,8 @@ jobs:
 	if code := successor.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("the drained agent exited %d", code)
 	}
-	// Once the id is free, another token may take it.
-	startAgent(t, s.URL, secretB, agentOpts{id: "twin", labels: "twin"})
+	// Once the id is free, the agent may come back with another token.
+	startAgent(t, s.URL, secretB, agentOpts{id: "twin", labels: "twin", stateDir: holderState})
 	waittest.UntilState(t, 30*time.Second, "twin to be connected with token b", func() (bool, string) {
 		a, _ := agentByID(t, s.Client, "twin")
 		return a.Connected && a.TokenID == tokenB, fmt.Sprintf("%+v", a)

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -136,7 +138,7 @@ func (r *rawAgent) handshake(token, id string, labels ...string) *proto.Register
 	r.t.Helper()
 	r.send(&proto.Auth{Token: token, ProtocolVersion: proto.Version, AgentVersion: "raw"})
 	expectFrame[*proto.AuthOK](r)
-	r.send(&proto.Register{AgentID: id, Labels: labels, MaxJobs: 1, OS: runtime.GOOS, Arch: runtime.GOARCH})
+	r.send(&proto.Register{AgentID: id, AgentSecret: rawSecret(id), Labels: labels, MaxJobs: 1, OS: runtime.GOOS, Arch: runtime.GOARCH})
 	return expectFrame[*proto.RegisterAck](r)
 }
 
@@ -222,7 +224,7 @@ jobs:
 	}{
 		{name: "not JSON before auth", frame: func(*rawAgent) []byte { return []byte(`{"type":"auth",`) },
 			code: proto.CloseInvalidMessage, errors: proto.ErrInvalidMessage, says: "not a JSON object"},
-		{name: "register before auth", frame: func(*rawAgent) []byte { return frame("register", 0, `{"agent_id":"x","labels":[],"max_jobs":1}`) },
+		{name: "register before auth", frame: func(*rawAgent) []byte { return registerFrame("x") },
 			code: proto.CloseUnauthorized, errors: proto.ErrUnauthorized, says: "the first frame must be auth"},
 		{name: "unknown token", frame: func(*rawAgent) []byte { return frame("auth", 0, `{"token":"kat_nope","protocol_version":1}`) },
 			code: proto.CloseAuthFailed, errors: proto.ErrUnauthorized, says: "unknown, revoked or expired"},
@@ -254,7 +256,7 @@ jobs:
 			}
 		}, frame: func(*rawAgent) []byte { return status(1) },
 			code: proto.CloseInvalidMessage, errors: proto.ErrInvalidMessage, says: "seq 1 does not follow seq 2"},
-		{name: "register twice", setup: registered, frame: func(*rawAgent) []byte { return frame("register", 0, `{"agent_id":"again","labels":[],"max_jobs":1}`) },
+		{name: "register twice", setup: registered, frame: func(*rawAgent) []byte { return registerFrame("again") },
 			code: proto.CloseInvalidMessage, errors: proto.ErrInvalidMessage, says: "already sent"},
 		{name: "orchestrator's message", setup: registered, frame: func(*rawAgent) []byte { return frame("ack", 0, `{"seq":1}`) },
 			code: proto.CloseInvalidMessage, errors: proto.ErrInvalidMessage, says: "orchestrator sends"},
@@ -346,4 +348,15 @@ jobs:
 	if got := texts(logLines(t, s.Client, run.ID, "steady", intp(0))); strings.Join(got, ",") != "started,finished" {
 		t.Fatalf("the steady job's log is %q", got)
 	}
+}
+
+// rawSecret is the secret a raw agent registers id with (B113).
+func rawSecret(id string) string {
+	sum := sha256.Sum256([]byte("raw agent " + id))
+	return hex.EncodeToString(sum[:])
+}
+
+// registerFrame is a valid register frame for id.
+func registerFrame(id string) []byte {
+	return []byte(`{"type":"register","data":{"agent_id":"` + id + `","agent_secret":"` + rawSecret(id) + `","labels":[],"max_jobs":1}}`)
 }

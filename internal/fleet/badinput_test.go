@@ -48,7 +48,7 @@ func TestBadFrames(t *testing.T) {
 		{name: "orchestrator's message", frame: func(*client, *proto.Dispatch) []byte { return []byte(`{"type":"ack","data":{"seq":1}}`) }, want: "orchestrator sends"},
 		{name: "out of order", frame: func(c *client, d *proto.Dispatch) []byte { return success(c.seq, d) }, want: "does not follow"},
 		{name: "register again", frame: func(c *client, d *proto.Dispatch) []byte {
-			b, _ := proto.Encode(0, &proto.Register{AgentID: c.id, MaxJobs: 1})
+			b, _ := proto.Encode(0, &proto.Register{AgentID: c.id, AgentSecret: testSecret(c.id), MaxJobs: 1})
 			return b
 		}, want: "already sent"},
 		{name: "binary", binary: true, frame: func(c *client, d *proto.Dispatch) []byte { return success(c.seq+1, d) }, want: "not binary"},

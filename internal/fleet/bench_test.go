@@ -102,7 +102,7 @@ func connectBench(b *testing.B, h *harness, secret, id string, got chan time.Tim
 	}
 	a := &benchAgent{ws: ws, got: got}
 	for _, m := range []proto.Message{&proto.Auth{Token: secret, ProtocolVersion: proto.Version},
-		&proto.Register{AgentID: id, MaxJobs: 1, OS: "linux", Arch: "amd64"}} {
+		&proto.Register{AgentID: id, AgentSecret: testSecret(id), MaxJobs: 1, OS: "linux", Arch: "amd64"}} {
 		f, _ := proto.Encode(0, m)
 		if err := ws.Write(bg, websocket.MessageText, f); err != nil {
 			b.Fatal(err)
@@ -318,7 +318,7 @@ func idleClientsChild() int {
 				return
 			}
 			for _, m := range []proto.Message{&proto.Auth{Token: c.Token, ProtocolVersion: proto.Version},
-				&proto.Register{AgentID: fmt.Sprintf("idle-%05d", i), MaxJobs: 1, OS: "linux", Arch: "amd64"}} {
+				&proto.Register{AgentID: fmt.Sprintf("idle-%05d", i), AgentSecret: testSecret(fmt.Sprintf("idle-%05d", i)), MaxJobs: 1, OS: "linux", Arch: "amd64"}} {
 				f, _ := proto.Encode(0, m)
 				if ws.Write(bg, websocket.MessageText, f) != nil {
 					failed.Add(1)

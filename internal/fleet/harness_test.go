@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -325,6 +327,7 @@ type client struct {
 	readErr error
 	seq     uint64
 	id      string
+	connID  string // from auth.ok
 }
 
 func dial(t testing.TB, url string) *client {
@@ -471,18 +474,30 @@ type reg struct {
 	labels   []string
 	maxJobs  int
 	inFlight []proto.InFlight
+	// secret is the agent's secret (B113); "": testSecret(id).
+	secret string
+}
+
+// testSecret is the secret a test agent registers id with, unless the
+// test says otherwise: the same for every connection of the id.
+func testSecret(id string) string {
+	sum := sha256.Sum256([]byte("test secret " + id))
+	return hex.EncodeToString(sum[:])
 }
 
 // handshake authenticates and registers.
 func (c *client) handshake(token string, r reg) *proto.RegisterAck {
 	c.t.Helper()
 	c.send(&proto.Auth{Token: token, ProtocolVersion: proto.Version})
-	expect[*proto.AuthOK](c)
+	c.connID = expect[*proto.AuthOK](c).ConnectionID
 	if r.maxJobs == 0 {
 		r.maxJobs = 1
 	}
 	c.id = r.id
-	c.send(&proto.Register{AgentID: r.id, Labels: r.labels, MaxJobs: r.maxJobs, InFlight: r.inFlight,
+	if r.secret == "" {
+		r.secret = testSecret(r.id)
+	}
+	c.send(&proto.Register{AgentID: r.id, AgentSecret: r.secret, Labels: r.labels, MaxJobs: r.maxJobs, InFlight: r.inFlight,
 		OS: "linux", Arch: "amd64", Hostname: "host-" + r.id, Version: "test"})
 	return expect[*proto.RegisterAck](c)
 }

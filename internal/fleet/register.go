@@ -114,6 +114,11 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 		}
 	}
 	labels := effectiveLabels(m.Labels, osLabel, archLabel, tk.Mandatory)
+	if tk.AgentID != "" && tk.AgentID != m.AgentID {
+		c.sendError(proto.ErrUnauthorized, fmt.Sprintf("the agent token is bound to agent id %s, not %s", tk.AgentID, m.AgentID))
+		return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "agent id outside the token's binding"}, false
+	}
+	secretHash := store.HashToken(m.AgentSecret)
 
 	// B44 and B45: an id held or being registered by a
 	// connection with another token is refused and left untouched; the
@@ -130,6 +135,11 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	}
 	if c.closing.Load() {
 		return causeClosed(), false
+	}
+	// B113: the id's secret is checked before the live registration is
+	// touched, so a token holder without it cannot supersede the agent.
+	if err := f.db.Auth().CheckAgentSecret(context.Background(), m.AgentID, secretHash); err != nil {
+		return c.refuseRegistration(m.AgentID, err)
 	}
 	if old := f.reg.get(m.AgentID); old != nil && old.c != c {
 		f.supersede(old.c)
@@ -148,6 +158,9 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
 		rec = store.ReconnectResult{}
 		if _, err := tx.Auth().ClaimAgentToken(ctx, tk.ID, m.AgentID); err != nil {
+			return store.Effects{}, err
+		}
+		if err := tx.Auth().BindAgentSecret(ctx, m.AgentID, secretHash); err != nil {
 			return store.Effects{}, err
 		}
 		if err := tx.Auth().UpsertAgent(ctx, store.AgentRecord{ID: m.AgentID, Labels: labels, TokenID: tk.ID,
@@ -179,14 +192,8 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 		mergeEffects(&eff, r.Effects)
 		return eff, nil
 	})
-	switch {
-	case errors.Is(err, store.ErrUnauthorized):
-		c.sendError(proto.ErrUnauthorized, "the agent token is revoked, expired, or a single-use token another agent already used")
-		return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "invalid or expired token"}, false
-	case err != nil:
-		f.log.Error("fleet: recording a registration failed", "agent_id", m.AgentID, "err", err)
-		c.sendError(proto.ErrInternal, "the orchestrator could not record the registration; the agent will retry")
-		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
+	if err != nil {
+		return c.refuseRegistration(m.AgentID, err)
 	}
 
 	ack := &proto.RegisterAck{AgentID: m.AgentID, Labels: labels.Labels, Mandatory: labels.Mandatory, MaxJobs: m.MaxJobs,
@@ -224,4 +231,22 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	f.log.Info("agent registered", "agent_id", a.id, "labels", labels.Labels.Key(), "mandatory", labels.Mandatory.Key(),
 		"max_jobs", a.maxJobs, "recovered", len(rec.Kept), "dropped", len(rec.Refused), "resolved", len(rec.Resolved))
 	return closeCause{}, true
+}
+
+// refuseRegistration answers a registration the store refused.
+func (c *conn) refuseRegistration(agentID string, err error) (closeCause, bool) {
+	switch {
+	case errors.Is(err, store.ErrAgentIDBound):
+		c.f.log.Warn("fleet: refused a registration without the agent id's secret", "agent_id", agentID, "token_id", c.token.ID)
+		c.sendError(proto.ErrAgentIDBound, fmt.Sprintf("agent id %s belongs to another agent: its secret does not match the one kept "+
+			"in that agent's state directory; start this agent with a state directory of its own (a new id)", agentID))
+		return closeCause{kind: "agent_id_bound", code: proto.CloseAuthFailed, reason: "agent id bound to another agent"}, false
+	case errors.Is(err, store.ErrUnauthorized):
+		c.sendError(proto.ErrUnauthorized, "the agent token is revoked, expired, or a single-use token another agent already used")
+		return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "invalid or expired token"}, false
+	default:
+		c.f.log.Error("fleet: recording a registration failed", "agent_id", agentID, "err", err)
+		c.sendError(proto.ErrInternal, "the orchestrator could not record the registration; the agent will retry")
+		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
+	}
 }

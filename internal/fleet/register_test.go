@@ -42,7 +42,7 @@ func TestHandshakeRefusals(t *testing.T) {
 	})
 	t.Run("first frame not auth", func(t *testing.T) {
 		c := dial(t, h.url)
-		c.send(&proto.Register{AgentID: "x", MaxJobs: 1})
+		c.send(&proto.Register{AgentID: "x", AgentSecret: testSecret("x"), MaxJobs: 1})
 		if e := c.errorFrame(); e.Code != proto.ErrUnauthorized {
 			t.Fatalf("error %+v", e)
 		}
@@ -86,7 +86,7 @@ func TestHandshakeRefusals(t *testing.T) {
 		c := dial(t, h.url)
 		c.send(&proto.Auth{Token: scopedSecret, ProtocolVersion: proto.Version})
 		expect[*proto.AuthOK](c)
-		c.send(&proto.Register{AgentID: "scoped-1", Labels: []string{"docker", "gpu"}, MaxJobs: 1, OS: "linux", Arch: "amd64"})
+		c.send(&proto.Register{AgentID: "scoped-1", AgentSecret: testSecret("scoped-1"), Labels: []string{"docker", "gpu"}, MaxJobs: 1, OS: "linux", Arch: "amd64"})
 		if e := c.errorFrame(); e.Code != proto.ErrUnauthorized || !strings.Contains(e.Message, "gpu") {
 			t.Fatalf("error %+v", e)
 		}
@@ -119,7 +119,7 @@ func TestSingleUseTokenConsumedByRegistration(t *testing.T) {
 		other := dial(t, h.url)
 		other.send(&proto.Auth{Token: secret, ProtocolVersion: proto.Version})
 		expect[*proto.AuthOK](other)
-		other.send(&proto.Register{AgentID: "eph-2", MaxJobs: 1})
+		other.send(&proto.Register{AgentID: "eph-2", AgentSecret: testSecret("eph-2"), MaxJobs: 1})
 		if e := other.errorFrame(); e.Code != proto.ErrUnauthorized {
 			t.Fatalf("error %+v", e)
 		}
@@ -143,7 +143,7 @@ func TestAgentIDInUse(t *testing.T) {
 			c := dial(t, h.url)
 			c.send(&proto.Auth{Token: token, ProtocolVersion: proto.Version})
 			expect[*proto.AuthOK](c)
-			c.send(&proto.Register{AgentID: id, MaxJobs: 1})
+			c.send(&proto.Register{AgentID: id, AgentSecret: testSecret(id), MaxJobs: 1})
 			if e := c.errorFrame(); e.Code != proto.ErrAgentIDInUse {
 				t.Fatalf("error %+v", e)
 			}
@@ -175,7 +175,7 @@ func TestAgentIDInUse(t *testing.T) {
 		first := dial(t, h.url)
 		first.send(&proto.Auth{Token: tokenA, ProtocolVersion: proto.Version})
 		expect[*proto.AuthOK](first)
-		first.send(&proto.Register{AgentID: "y", MaxJobs: 1})
+		first.send(&proto.Register{AgentID: "y", AgentSecret: testSecret("y"), MaxJobs: 1})
 		<-entered
 		refused(tokenB, "y")
 		close(release)

@@ -37,13 +37,16 @@ const (
 const (
 	ErrInvalidMessage = "INVALID_MESSAGE"
 	ErrAgentIDInUse   = "AGENT_ID_IN_USE"
-	ErrUnauthorized   = "UNAUTHORIZED"
-	ErrProtocol       = "PROTOCOL_VERSION"
-	ErrRateLimited    = "RATE_LIMITED"
-	ErrTooLarge       = "MESSAGE_TOO_LARGE"
-	ErrStaleLease     = "STALE_LEASE" // an update for a job the agent no longer holds
-	ErrNotRegistered  = "NOT_REGISTERED"
-	ErrInternal       = "INTERNAL"
+	// ErrAgentIDBound: the id belongs to another agent (its secret does
+	// not match); closed with CloseAuthFailed, not retried.
+	ErrAgentIDBound  = "AGENT_ID_BOUND"
+	ErrUnauthorized  = "UNAUTHORIZED"
+	ErrProtocol      = "PROTOCOL_VERSION"
+	ErrRateLimited   = "RATE_LIMITED"
+	ErrTooLarge      = "MESSAGE_TOO_LARGE"
+	ErrStaleLease    = "STALE_LEASE" // an update for a job the agent no longer holds
+	ErrNotRegistered = "NOT_REGISTERED"
+	ErrInternal      = "INTERNAL"
 )
 
 // Default timings of the protocol's two ends (docs/protocol.md explains
@@ -82,4 +85,6 @@ const (
 	MaxNameLen       = 512
 	MaxTokenLen      = 512
 	MaxMetadataLen   = 256
+	MinSecretLen     = 32
+	MaxSecretLen     = 128
 )

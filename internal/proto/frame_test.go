@@ -15,7 +15,7 @@ func validMessages() []Message {
 	code := 0
 	return []Message{
 		&Auth{Token: "kat_abc", ProtocolVersion: Version, AgentVersion: "dev"},
-		&Register{AgentID: "agent-1", Labels: []string{"linux", "amd64"}, MaxJobs: 2,
+		&Register{AgentID: "agent-1", AgentSecret: "kas_0123456789abcdefghijklmnopqrstuv", Labels: []string{"linux", "amd64"}, MaxJobs: 2,
 			InFlight: []InFlight{{JobID: "j1", RunID: "r1", LeaseEpoch: 3, Started: true}}, Hostname: "h", OS: "linux", Arch: "amd64"},
 		&Heartbeat{Time: now, ActiveJobs: 1},
 		&AgentStatus{ActiveJobs: 0, Draining: true},
@@ -83,8 +83,11 @@ func TestDecodeRefusesBadFrames(t *testing.T) {
 		{"empty log", `{"type":"log","seq":1,"data":{"job_id":"j","lease_epoch":1,"step":0,"lines":[]}}`, ErrInvalidMessage, "1 to"},
 		{"bad stream", `{"type":"log","seq":1,"data":{"job_id":"j","lease_epoch":1,"step":0,"lines":[{"seq":1,"stream":"stdin","text":"x"}]}}`, ErrInvalidMessage, "stream"},
 		{"step out of range", `{"type":"step.status","seq":1,"data":{"job_id":"j","lease_epoch":1,"index":-2,"name":"x","status":"running"}}`, ErrInvalidMessage, "out of range"},
-		{"bad labels", `{"type":"register","data":{"agent_id":"a","labels":["a,b"],"max_jobs":1}}`, ErrInvalidMessage, "labels"},
-		{"zero capacity", `{"type":"register","data":{"agent_id":"a","labels":[],"max_jobs":0}}`, ErrInvalidMessage, "max_jobs"},
+		{"bad labels", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789abcdefghijklmnopqrstuv","labels":["a,b"],"max_jobs":1}}`, ErrInvalidMessage, "labels"},
+		{"zero capacity", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789abcdefghijklmnopqrstuv","labels":[],"max_jobs":0}}`, ErrInvalidMessage, "max_jobs"},
+		{"no agent secret", `{"type":"register","data":{"agent_id":"a","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret is missing"},
+		{"short agent secret", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_short","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret must be"},
+		{"agent secret with a space", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789 abcdefghijklmnopqrstuv","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret may only"},
 		{"auth without token", `{"type":"auth","data":{"protocol_version":1}}`, ErrInvalidMessage, "token is missing"},
 		{"trailing garbage", `{"type":"drain"} x`, ErrInvalidMessage, "syntax error"},
 		{"oversized", `{"type":"heartbeat","data":{"x":"` + strings.Repeat("a", MaxFrameBytes) + `"}}`, ErrTooLarge, "exceeds"},

@@ -66,17 +66,21 @@ type InFlight struct {
 }
 
 // Register announces the agent after auth: who it is, what it offers, and
-// which jobs it is still running (after a reconnect).
+// which jobs it is still running (after a reconnect). AgentSecret proves
+// the agent is the one that first registered AgentID: the orchestrator
+// binds the id to it at the first registration and refuses the id to
+// anyone without it.
 type Register struct {
-	AgentID  string     `json:"agent_id"`
-	Labels   []string   `json:"labels"`
-	MaxJobs  int        `json:"max_jobs"`
-	InFlight []InFlight `json:"in_flight,omitempty"`
-	Hostname string     `json:"hostname,omitempty"`
-	OS       string     `json:"os,omitempty"`
-	Arch     string     `json:"arch,omitempty"`
-	Version  string     `json:"version,omitempty"`
-	Draining bool       `json:"draining,omitempty"`
+	AgentID     string     `json:"agent_id"`
+	AgentSecret string     `json:"agent_secret"`
+	Labels      []string   `json:"labels"`
+	MaxJobs     int        `json:"max_jobs"`
+	InFlight    []InFlight `json:"in_flight,omitempty"`
+	Hostname    string     `json:"hostname,omitempty"`
+	OS          string     `json:"os,omitempty"`
+	Arch        string     `json:"arch,omitempty"`
+	Version     string     `json:"version,omitempty"`
+	Draining    bool       `json:"draining,omitempty"`
 }
 
 // Heartbeat says the agent is alive; it is never buffered or replayed.

@@ -40,6 +40,23 @@ func checkText(field, v string, max int) error {
 	return nil
 }
 
+// CheckAgentSecret checks the form of an agent secret: MinSecretLen to
+// MaxSecretLen letters, digits, '-' and '_'.
+func CheckAgentSecret(v string) error {
+	if v == "" {
+		return invalidf("agent_secret is missing (an agent keeps it in its state directory)")
+	}
+	if len(v) < MinSecretLen || len(v) > MaxSecretLen {
+		return invalidf("agent_secret must be %d to %d bytes long", MinSecretLen, MaxSecretLen)
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return invalidf("agent_secret may only hold letters, digits, '-' and '_'")
+		}
+	}
+	return nil
+}
+
 func checkLease(jobID string, epoch int64) error {
 	if err := checkID("job_id", jobID); err != nil {
 		return err
@@ -65,6 +82,9 @@ func (m *Auth) Validate() error {
 
 func (m *Register) Validate() error {
 	if err := checkID("agent_id", m.AgentID); err != nil {
+		return err
+	}
+	if err := CheckAgentSecret(m.AgentSecret); err != nil {
 		return err
 	}
 	if err := kiln.ValidateLabels(m.Labels); err != nil {

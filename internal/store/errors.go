@@ -23,6 +23,9 @@ var (
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrInvalid: the input is malformed.
 	ErrInvalid = errors.New("invalid")
+	// ErrAgentIDBound: an agent registered an id bound to another agent's
+	// secret (see agentidentity.go).
+	ErrAgentIDBound = errors.New("agent id bound to another secret")
 )
 
 // codedError carries a sentinel for errors.Is and a *kiln.Error for
@@ -40,7 +43,7 @@ func newError(sentinel error, format string, args ...any) error {
 	switch sentinel {
 	case ErrNotFound:
 		code = kiln.CodeNotFound
-	case ErrConflict, ErrStaleLease:
+	case ErrConflict, ErrStaleLease, ErrAgentIDBound:
 		code = kiln.CodeConflict
 	case ErrUnauthorized:
 		code = kiln.CodeUnauthorized
