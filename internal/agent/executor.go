@@ -67,15 +67,19 @@ func (r execRunner) Prepare(d *proto.Dispatch) (Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &execPrepared{x: r.x, job: job}, nil
+	return &execPrepared{x: r.x, job: job, fetch: hasNeeds(d)}, nil
 }
 
 type execPrepared struct {
-	x   *executor.Executor
-	job *executor.Job
+	x     *executor.Executor
+	job   *executor.Job
+	fetch bool // the job has needs whose artifacts it gets
 }
 
 func (p *execPrepared) Start(ctx context.Context, sink Sink) Execution {
+	if ts, ok := sink.(interface{ Transfer() executor.Transfer }); ok && (len(p.job.Artifacts) > 0 || p.fetch) {
+		p.job.Transfer = ts.Transfer()
+	}
 	return execExecution{p.x.Start(ctx, p.job, execSink{sink})}
 }
 
@@ -115,6 +119,9 @@ func jobFromDispatch(d *proto.Dispatch) (*executor.Job, error) {
 				job.Checkout.Auth.KnownHosts = []byte(a.KnownHosts)
 			}
 		}
+	}
+	for _, a := range s.Artifacts {
+		job.Artifacts = append(job.Artifacts, executor.Artifact{Name: a.Name, Paths: a.Paths})
 	}
 	job.Steps = make([]executor.Step, len(s.Steps))
 	for i, st := range s.Steps {
@@ -160,4 +167,11 @@ func (e execSink) Log(b executor.LogBatch) {
 		lines[i] = proto.LogLine{Seq: l.Seq, Stream: l.Stream, Text: l.Text, TimeMS: l.Time.UnixMilli()}
 	}
 	e.s.Log(b.StepIndex, lines)
+}
+
+// hasNeeds reports whether the job has needs (its needs context is not
+// empty): only then may there be artifacts to fetch.
+func hasNeeds(d *proto.Dispatch) bool {
+	n, ok := d.Spec.Contexts["needs"].(map[string]any)
+	return ok && len(n) > 0
 }

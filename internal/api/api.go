@@ -65,6 +65,8 @@ type Deps struct {
 	Ingress Ingress
 	Logs    *logstore.Store
 	Fleet   Fleet
+	// Artifacts lists and opens runs' artifacts; nil answers 404.
+	Artifacts Artifacts
 	// Scalers is the scaler manager; nil when no scaler is configured.
 	Scalers Scalers
 	// Ready reports whether the server can serve (GET /ready). Default: a

@@ -26,6 +26,8 @@ func (s *server) table() []route {
 		{"POST", "/api/v1/runs/{run}/rerun", false, s.rerunRun},
 		{"POST", "/api/v1/runs/{run}/approve", false, s.approveRun},
 		{"GET", "/api/v1/runs/{run}/logs", false, s.runLogs},
+		{"GET", "/api/v1/runs/{run}/artifacts", false, s.listArtifacts},
+		{"GET", "/api/v1/runs/{run}/artifacts/{name}", false, s.getArtifact},
 		{"GET", "/api/v1/runs/{run}/timeline", false, s.runTimeline},
 
 		{"POST", "/api/v1/dispatch", false, s.dispatch},

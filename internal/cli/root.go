@@ -93,6 +93,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newRunCmd(e))
 	root.AddCommand(newRunsCmd(e))
 	root.AddCommand(newLogsCmd(e))
+	root.AddCommand(newArtifactsCmd(e))
 	root.AddCommand(newAgentsCmd(e))
 	root.AddCommand(newTokensCmd(e))
 	root.AddCommand(newAdminTokensCmd(e))

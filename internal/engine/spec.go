@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/expr"
@@ -218,6 +219,18 @@ func jobSpec(in runInput, j *workflow.Job, v workflow.Variant, contexts map[stri
 			}
 		}
 		spec.Steps = append(spec.Steps, ps)
+	}
+	for _, a := range j.Artifacts {
+		if a.Name == nil {
+			continue
+		}
+		// A matrix child's name carries its matrix values, so that names
+		// stay unique in the run.
+		name := a.Name.Source()
+		if j.Matrix != nil && !strings.Contains(name, "matrix.") {
+			name += strings.TrimPrefix(v.Name, j.ID)
+		}
+		spec.Artifacts = append(spec.Artifacts, proto.Artifact{Name: name, Paths: a.Paths})
 	}
 	return spec
 }

@@ -27,7 +27,7 @@ func (e *Execution) runCheckout(js *jobState) {
 		e.skip(js, CheckoutIndex, checkoutName)
 		return
 	}
-	log := e.newStepLog(CheckoutIndex, js.masker)
+	log := js.setup
 	started := e.x.cfg.Clock()
 	e.em.step(StepEvent{Index: CheckoutIndex, Name: checkoutName, Status: kiln.StepRunning, Attempt: 1, ExitCode: -1, StartedAt: started})
 	g := &gitRunner{e: e, log: log, git: e.x.cfg.GitPath, timeout: e.x.cfg.DefaultStepTimeout,
@@ -61,7 +61,7 @@ func (e *Execution) runCheckout(js *jobState) {
 			log.notice("%s", hint)
 		}
 	}
-	ev.LogBytes = log.close()
+	ev.LogBytes = log.flushed() // artifacts may add lines after the checkout
 	ev.FinishedAt = e.x.cfg.Clock()
 	e.finish(js, ev)
 }

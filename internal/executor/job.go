@@ -29,6 +29,12 @@ type Job struct {
 	// Secrets are masked in every log line. Their names are not used yet.
 	Secrets map[string]string
 
+	// Artifacts are uploaded after the steps through Transfer, and the
+	// needs' artifacts fetched through it before the first step (nil: no
+	// artifacts either way).
+	Artifacts []Artifact
+	Transfer  Transfer
+
 	Timeout       time.Duration // the whole job, checkout included; 0 = none
 	KeepWorkspace bool          // keep the workspace after the job (Result.Workspace)
 }

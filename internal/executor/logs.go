@@ -198,6 +198,17 @@ func (l *stepLog) flushLocked() {
 	l.batch = nil
 }
 
+// flushed sends the current batch and returns the bytes written so far;
+// the log stays open.
+func (l *stepLog) flushed() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.flushLocked()
+	}
+	return l.written + l.dropped
+}
+
 // close sends what is left, with the truncation line if output was
 // dropped, and returns the bytes the step produced.
 func (l *stepLog) close() int64 {

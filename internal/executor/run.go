@@ -12,6 +12,7 @@ import (
 type jobState struct {
 	ws      *workspace
 	masker  *masker
+	setup   *stepLog // the checkout pseudo-step's log: checkout, then artifacts
 	env     envMap   // workflow env, job env, then $KILN_ENV additions
 	paths   []string // $KILN_PATH additions, most recent first
 	outputs map[string]string
@@ -69,12 +70,16 @@ func (e *Execution) run() Result {
 	js.env.setAll(e.job.WorkflowEnv)
 	js.env.setAll(e.job.JobEnv)
 
+	js.setup = e.newStepLog(CheckoutIndex, js.masker)
 	if e.job.Checkout != nil {
 		e.runCheckout(js)
 	}
+	e.fetchArtifacts(js)
 	for i := range e.job.Steps {
 		e.runStep(i, js)
 	}
+	e.uploadArtifacts(js)
+	js.setup.close()
 
 	res.Outputs = js.outputs
 	res.Steps = js.steps

@@ -18,7 +18,19 @@ type JobSpec struct {
 	Contexts  map[string]any    `json:"contexts,omitempty"`
 	Secrets   map[string]string `json:"secrets,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
-	Checkout  *Checkout         `json:"checkout,omitempty"` // nil: `checkout: false`
+	// Artifacts are uploaded after the steps, whatever the job's result,
+	// through the orchestrator (never with storage credentials); the
+	// artifacts of the job's direct needs are fetched before its first step.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	Checkout  *Checkout  `json:"checkout,omitempty"` // nil: `checkout: false`; always last (EncodeDispatch)
+}
+
+// Artifact is a set of files a job uploads: Name is a template the agent
+// renders with the step contexts; Paths are globs relative to the
+// workspace ("!glob" excludes).
+type Artifact struct {
+	Name  string   `json:"name"`
+	Paths []string `json:"paths"`
 }
 
 // Checkout says where the job's code comes from.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kilnci/kiln/internal/artifacts"
 	"io"
 	"net"
 	"net/url"
@@ -52,6 +53,12 @@ type Config struct {
 	// them all.
 	Scalers    []scaler.Config `yaml:"scalers"`
 	ScalerCaps scaler.Caps     `yaml:"scaler_caps"`
+	Artifacts  ArtifactsConfig `yaml:"artifacts"`
+}
+
+// ArtifactsConfig bounds the artifacts jobs upload (docs/storage.md).
+type ArtifactsConfig struct {
+	MaxBytes int64 `yaml:"max_bytes" doc:"the largest artifact kiln stores, in bytes as uploaded (a gzipped tar); a larger upload fails the job"`
 }
 
 // LogConfig configures the server's own structured log.
@@ -207,6 +214,7 @@ func DefaultConfig() Config {
 			Backend: "filesystem",
 			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
+		Artifacts:  ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
 		ScalerCaps: scaler.DefaultCaps(),
 	}
 }
@@ -460,6 +468,9 @@ func (c *Config) Validate() error {
 		add("metrics.backpressure_threshold must be at least 1, got %d", c.Metrics.BackpressureThreshold)
 	}
 	errs = append(errs, c.Storage.validate()...)
+	if c.Artifacts.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("artifacts.max_bytes must be at least 1, got %d", c.Artifacts.MaxBytes))
+	}
 	errs = append(errs, scaler.Validate(c.Scalers, c.ScalerCaps)...)
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kilnci/kiln/internal/artifacts"
 	"io"
 	"log/slog"
 	"net"
@@ -180,14 +181,21 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	})
 	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
+	arts, err := artifacts.New(db, blobs, artifacts.Config{MaxBytes: cfg.Artifacts.MaxBytes, Idle: cfg.HTTP.WriteTimeout,
+		Logger: log.With("part", "artifacts")})
+	if err != nil {
+		return err
+	}
+
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", fl.Handler())
 	perWrite := func(h http.Handler) http.Handler { return perWriteDeadlines(h, cfg.HTTP.WriteTimeout) }
 	mux.Handle("POST /webhook/{kind}/{source}", perWrite(http.HandlerFunc(proc.Webhook)))
+	mux.Handle("/agent/v1/", arts.AgentHandler()) // its own deadlines, per read and per write
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", perWrite(metricsOnMain(db, met, log)))
 	}
-	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
+	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
 		return err
 	}
 

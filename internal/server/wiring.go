@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/kilnci/kiln/internal/artifacts"
 	"log/slog"
 	"net/http"
 	"time"
@@ -38,6 +39,7 @@ type apiDeps struct {
 	proc    *ingress.Processor
 	sources *ingress.Sources
 	logs    *logstore.Store
+	arts    *artifacts.Service
 	log     *slog.Logger
 	scalers *scaler.Manager
 	// writeTimeout is http.write_timeout, taken per write by log follows.
@@ -48,6 +50,7 @@ type apiDeps struct {
 func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
+		Artifacts: d.arts,
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err

@@ -94,6 +94,7 @@ func (p *parser) parseJobs(w *Workflow, n *yaml.Node) {
 		}
 	}
 	p.checkNeeds(w, needNodes)
+	checkArtifactNames(p, w)
 	total := 0
 	for _, j := range w.Jobs {
 		total += len(j.Variants)
@@ -134,6 +135,9 @@ func (p *parser) parseJob(pr pair) (*Job, []*yaml.Node) {
 		j.Timeout, _ = p.duration(x.v, "timeout")
 	}
 	p.parseNotYet(j, f)
+	if x, has := f["artifacts"]; has {
+		j.Artifacts = p.parseArtifacts(x.v, j)
+	}
 	if j.Context != "" {
 		j.OnAgentLost = OnAgentLostFail
 	}

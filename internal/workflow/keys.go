@@ -40,7 +40,6 @@ var notYet = map[string]string{
 	"concurrency": "runs are not grouped yet, so they would not queue behind or cancel each other",
 	"approval":    "kiln cannot hold a job for approval yet",
 	"cache":       "kiln does not restore or save caches yet",
-	"artifacts":   "kiln does not upload artifacts yet",
 	"container":   "kiln runs steps on the agent's host only; container isolation comes later",
 	"resources":   "kiln does not reserve or limit CPU and memory yet",
 }

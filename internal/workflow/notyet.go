@@ -36,15 +36,9 @@ type Cache struct {
 	RestoreKeys []string
 }
 
-// Artifact is a set of files a job would upload.
-type Artifact struct {
-	Name  string
-	Paths []string
-}
-
 // parseNotYet reads the job-level keys that are not supported yet.
 func (p *parser) parseNotYet(j *Job, f map[string]pair) {
-	for _, key := range []string{"context", "secrets", "approval", "cache", "artifacts", "container", "resources"} {
+	for _, key := range []string{"context", "secrets", "approval", "cache", "container", "resources"} {
 		pr, has := f[key]
 		if !has {
 			continue
@@ -68,8 +62,6 @@ func (p *parser) parseNotYet(j *Job, f map[string]pair) {
 			}
 		case "cache":
 			j.Cache = p.parseCaches(pr.v, j)
-		case "artifacts":
-			j.Artifacts = p.parseArtifacts(pr.v)
 		case "container":
 			j.Container = p.parseContainer(pr.v, j)
 		case "resources":
@@ -164,29 +156,6 @@ func (p *parser) parseCaches(n *yaml.Node, j *Job) []Cache {
 			c.RestoreKeys = values(p.strListOf(x.v, "restore_keys"))
 		}
 		out = append(out, c)
-	}
-	return out
-}
-
-func (p *parser) parseArtifacts(n *yaml.Node) []Artifact {
-	items, _ := p.list(n, "artifacts")
-	var out []Artifact
-	for _, it := range items {
-		pairs, ok := p.mapping(it, "an artifact")
-		if !ok {
-			continue
-		}
-		f := p.fields(pairs, "an artifact", artifactKeys)
-		a := Artifact{}
-		if x, has := f["name"]; has {
-			a.Name, _ = p.str(x.v, "name")
-		}
-		if x, has := f["paths"]; has {
-			a.Paths = values(p.strListOf(x.v, "paths"))
-		} else {
-			p.errorf(it, "artifacts: paths: is missing")
-		}
-		out = append(out, a)
 	}
 	return out
 }

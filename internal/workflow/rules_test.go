@@ -14,7 +14,7 @@ const okSteps = "    steps: [{run: x}]\n"
 
 // TestRules checks one validation rule per case: the error's position and
 // message. Every rule of docs/workflow.md has a case here.
-// Proves B74 (docs/behaviours.md).
+// Proves B74 and B207 (docs/behaviours.md).
 func TestRules(t *testing.T) {
 	cases := []struct {
 		name, src, want string
@@ -118,7 +118,11 @@ func TestRules(t *testing.T) {
 		{"secrets", job("    secrets: [TOKEN]\n" + okSteps), "4:5: `secrets` is not supported yet"},
 		{"approval", job("    approval: {}\n" + okSteps), "4:5: `approval` is not supported yet"},
 		{"cache", job("    cache: [{key: k, paths: [x]}]\n" + okSteps), "4:5: `cache` is not supported yet"},
-		{"artifacts", job("    artifacts: [{name: a, paths: [x]}]\n" + okSteps), "4:5: `artifacts` is not supported yet"},
+		{"artifact without paths", job("    artifacts: [{name: a}]\n" + okSteps), "4:17: artifacts: paths: is missing"},
+		{"artifact outside the workspace", job("    artifacts: [{name: a, paths: [../x]}]\n" + okSteps), "4:35: artifacts: paths: \"../x\" must not climb out of the workspace (..)"},
+		{"artifact name in two jobs", "on: push\njobs:\n  a:\n    artifacts: [{name: d, paths: [x]}]\n" + okSteps +
+			"  b:\n    artifacts: [{name: d, paths: [y]}]\n" + okSteps, `6:3: artifacts: jobs a and b both upload an artifact named "d"`},
+		{"artifact name with a slash", job("    artifacts: [{name: a/b, paths: [x]}]\n" + okSteps), "4:24: artifacts: name: must not hold / or \\"},
 		{"container", job("    container: golang:1.26\n" + okSteps), "4:5: `container` is not supported yet"},
 		{"resources", job("    resources: {requests: {cpus: 2, memory: 4g}}\n" + okSteps), "4:5: `resources` is not supported yet"},
 		{"resources shape", job("    resources: {limits: {memory: lots}}\n" + okSteps), `4:34: resources.limits.memory: "lots" is not a memory size`},
