@@ -178,11 +178,24 @@ func New(deps Deps, cfg Config) (http.Handler, error) {
 	return s.routes(), nil
 }
 
-// databaseReady is the default readiness check: one indexed read.
+// databaseReady is the default readiness check: one indexed read, and,
+// when a best-effort write has failed, one small write (B131): a database
+// that answers reads but cannot write (a full disk) is not ready.
 func (s *server) databaseReady(ctx context.Context) error {
-	_, err := s.DB.Runs().List(ctx, store.RunFilter{Limit: 1})
-	return err
+	if _, err := s.DB.Runs().List(ctx, store.RunFilter{Limit: 1}); err != nil {
+		return err
+	}
+	if err := s.DB.ProbeWrite(ctx); err != nil {
+		return &writeProblem{err}
+	}
+	return nil
 }
+
+// writeProblem is a database that reads but does not write.
+type writeProblem struct{ err error }
+
+func (e *writeProblem) Error() string { return e.err.Error() }
+func (e *writeProblem) Unwrap() error { return e.err }
 
 // Health is the answer of /health and /ready.
 type Health struct {
@@ -203,7 +216,12 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	if err := s.Ready(ctx); err != nil {
 		s.log.Warn("api: not ready", "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "unavailable", Error: "the database is not reachable"})
+		msg := "the database is not reachable"
+		var wp *writeProblem
+		if errors.As(err, &wp) {
+			msg = "the database does not accept writes (is its disk full?): " + wp.Error()
+		}
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "unavailable", Error: msg})
 		return nil
 	}
 	writeJSON(w, http.StatusOK, Health{Status: "ok"})

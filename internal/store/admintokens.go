@@ -188,7 +188,9 @@ func (a Auth) AuthenticateAdmin(ctx context.Context, secret string) (AdminToken,
 		return AdminToken{}, err
 	}
 	if now.Sub(tk.LastUsedAt) >= lastUsedEvery {
-		err = a.h.write(ctx, func(t *txn) error {
+		// Best effort (B131): a database that cannot write must still
+		// serve reads.
+		err = a.h.bestEffort(ctx, "admin token last_used_at", func(t *txn) error {
 			_, err := t.exec(ctx, "UPDATE admin_tokens SET last_used_at = ? WHERE id = ?", ms(t.now), tk.ID)
 			return err
 		})

@@ -138,6 +138,7 @@ type DB struct {
 	rebound   sync.Map   // SQL with ? → SQL for this dialect
 	stmts     sync.Map   // SQLite: SQL → statement prepared on the writer
 	nstmts    atomic.Int32
+	health    writeHealth // best-effort writes that failed (B131)
 	closeOnce sync.Once
 	closeErr  error
 }

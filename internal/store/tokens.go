@@ -186,7 +186,7 @@ func (a Auth) VerifyAgentToken(ctx context.Context, secret string) (AgentToken, 
 		return AgentToken{}, err
 	}
 	if now.Sub(tk.LastUsedAt) >= lastUsedEvery {
-		err = a.h.write(ctx, func(t *txn) error {
+		err = a.h.bestEffort(ctx, "agent token last_used_at", func(t *txn) error {
 			_, err := t.exec(ctx, "UPDATE agent_tokens SET last_used_at = ? WHERE id = ?", ms(t.now), tk.ID)
 			return err
 		})
