@@ -350,8 +350,8 @@ func (a *agent) registration() *proto.Register {
 	defer a.mu.Unlock()
 	reg := &proto.Register{
 		AgentID: a.id, AgentSecret: a.secret, Labels: a.labels, MaxJobs: a.cfg.MaxJobs,
-		Hostname: clip(a.cfg.Hostname, proto.MaxMetadataLen), OS: goos, Arch: goarch,
-		Version: clip(a.cfg.Version, proto.MaxMetadataLen), Draining: a.draining,
+		Hostname: plain(a.cfg.Hostname, proto.MaxMetadataLen), OS: goos, Arch: goarch,
+		Version: plain(a.cfg.Version, proto.MaxMetadataLen), Draining: a.draining,
 	}
 	for _, j := range a.jobs {
 		if j.dropped || j.lost || len(reg.InFlight) == proto.MaxInFlight {

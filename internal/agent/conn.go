@@ -103,7 +103,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 
 // handshake sends auth and register and waits for their answers.
 func (s *session) handshake(ctx context.Context) (*proto.Register, *proto.RegisterAck, error) {
-	auth := &proto.Auth{Token: s.a.cfg.Token, ProtocolVersion: proto.Version, AgentVersion: clip(s.a.cfg.Version, proto.MaxMetadataLen)}
+	auth := &proto.Auth{Token: s.a.cfg.Token, ProtocolVersion: proto.Version, AgentVersion: plain(s.a.cfg.Version, proto.MaxMetadataLen)}
 	if err := s.write(ctx, auth); err != nil {
 		return nil, nil, err
 	}

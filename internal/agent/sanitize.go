@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/kilnci/kiln"
@@ -108,4 +109,15 @@ func cleanOutputs(in map[string]string) (map[string]string, bool) {
 		return nil, false
 	}
 	return out, true
+}
+
+// plain is clip for the metadata the orchestrator refuses control and
+// formatting characters in (hostname, version): they become '?'.
+func plain(s string, max int) string {
+	return clip(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return '?'
+		}
+		return r
+	}, s), max)
 }

@@ -18,15 +18,17 @@ const (
 	ScenarioDispatch = "dispatch"
 	ScenarioLogs     = "logs"
 	ScenarioIdle     = "idle"
+	ScenarioScaler   = "scaler"
 )
 
 // Scenarios lists every scenario in running order.
-var Scenarios = []string{ScenarioStartup, ScenarioWebhook, ScenarioDispatch, ScenarioLogs, ScenarioIdle}
+var Scenarios = []string{ScenarioStartup, ScenarioWebhook, ScenarioDispatch, ScenarioLogs, ScenarioIdle, ScenarioScaler}
 
 // Bounds on what one bench may ask for: loopback has room for these on a
 // small machine, and nobody waits hours for a number.
 const (
 	MaxAgents     = 10000
+	MaxSpawns     = 1000
 	MaxJobs       = 100000
 	MaxWebhooks   = 10000
 	MaxLogLines   = 50_000_000
@@ -61,6 +63,8 @@ type Config struct {
 	LogAgents int
 	// IdleAgents is how many idle agents connect (idle).
 	IdleAgents int
+	// Spawns is how many jobs run each on an agent a scaler starts (scaler).
+	Spawns int
 	// Timeout bounds each scenario.
 	Timeout time.Duration
 	// Env is added to the server's environment.
@@ -74,7 +78,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Startups: 5, Webhooks: 200, Agents: []int{10, 100, 1000}, Jobs: 5120,
-		LogLines: 1_000_000, LogAgents: 4, IdleAgents: 2000, Timeout: 3 * time.Minute,
+		LogLines: 1_000_000, LogAgents: 4, IdleAgents: 2000, Spawns: 20, Timeout: 3 * time.Minute,
 	}
 }
 
@@ -104,6 +108,7 @@ func (c *Config) Validate() error {
 	bound("log lines", c.LogLines, logFrameLines, MaxLogLines)
 	bound("log agents", c.LogAgents, 1, MaxLogAgents)
 	bound("idle agents", c.IdleAgents, 1, MaxAgents)
+	bound("spawns", c.Spawns, 1, MaxSpawns)
 	if len(c.Agents) == 0 {
 		add("give at least one agent count for dispatch")
 	}
@@ -180,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		run  func(context.Context) error
 	}{
 		{ScenarioStartup, b.startup}, {ScenarioWebhook, b.webhook}, {ScenarioDispatch, b.dispatch},
-		{ScenarioLogs, b.logs}, {ScenarioIdle, b.idle},
+		{ScenarioLogs, b.logs}, {ScenarioIdle, b.idle}, {ScenarioScaler, b.scaler},
 	}
 	for _, s := range steps {
 		if !cfg.wants(s.name) {

@@ -37,7 +37,7 @@ func tiny(t *testing.T) bench.Config {
 	t.Setenv(asKiln, "1")
 	return bench.Config{
 		Binary: os.Args[0], Startups: 1, Webhooks: 3, Agents: []int{3}, Jobs: 256,
-		LogLines: 2000, LogAgents: 2, IdleAgents: 20, Timeout: 2 * time.Minute,
+		LogLines: 2000, LogAgents: 2, IdleAgents: 20, Spawns: 2, Timeout: 2 * time.Minute,
 		Progress: testWriter{t},
 	}
 }

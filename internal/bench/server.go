@@ -39,6 +39,7 @@ type serverProc struct {
 type serverOptions struct {
 	localAgents int
 	sets        []string // extra --set KEY=VALUE
+	config      string   // a configuration file's content ("": none)
 }
 
 // benchSets are the settings every bench server runs with: jobs no bench
@@ -72,6 +73,13 @@ func (b *bench) startServer(ctx context.Context, o serverOptions) (s *serverProc
 		return s, err
 	}
 	args = append(args, "--listen", addr)
+	if o.config != "" {
+		path := filepath.Join(dir, "kiln.yml")
+		if err := os.WriteFile(path, []byte(o.config), 0o600); err != nil {
+			return s, err
+		}
+		args = append(args, "--config", path)
+	}
 	for _, kv := range append(append([]string(nil), benchSets...), o.sets...) {
 		args = append(args, "--set", kv)
 	}

@@ -78,6 +78,7 @@ Progress goes to stderr, the table (or --json) to stdout. See docs/bench.md.`,
 	fl.IntVar(&cfg.LogLines, "log-lines", cfg.LogLines, "lines each log agent sends (logs)")
 	fl.IntVar(&cfg.LogAgents, "log-agents", cfg.LogAgents, "agents sending at once for the aggregate (logs)")
 	fl.IntVar(&cfg.IdleAgents, "idle-agents", cfg.IdleAgents, fmt.Sprintf("idle agents connected (idle, ≤ %d)", bench.MaxAgents))
+	fl.IntVar(&cfg.Spawns, "spawns", cfg.Spawns, "jobs each run on an agent a scaler starts (scaler)")
 	fl.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "limit per scenario")
 	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fl.StringVar(&cfg.Binary, "server-binary", "", "kiln executable to start as the server (default: this one)")

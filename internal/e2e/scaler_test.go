@@ -56,13 +56,17 @@ func TestProcessScalerRunsEachJobOnAFreshAgent(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
+		recs, err := s.DB.Auth().ListAgents(bg)
+		if err != nil {
+			return false, err.Error()
+		}
 		agents := 0
-		for _, a := range s.Fleet.Agents() {
+		for _, a := range recs {
 			if strings.HasPrefix(a.ID, "scaler-") {
 				agents++
 			}
 		}
-		return len(spawns) == 0 && agents == 0, fmt.Sprintf("%d spawns, %d spawned agents connected", len(spawns), agents)
+		return len(spawns) == 0 && agents == 0, fmt.Sprintf("%d spawns, %d spawned agents listed", len(spawns), agents)
 	})
 	tl, err := s.DB.Runs().Timeline(bg, run.ID, "")
 	if err != nil {
@@ -149,4 +153,41 @@ jobs:
 	if failed != 1 {
 		t.Fatalf("%d scaler.failed events on the timeline, want 1 (the scaler backs off): %+v", failed, tl)
 	}
+}
+
+// A scaler with a warm pool keeps that many idle agents ready before any
+// job asks: a job runs on one at once, and the pool is refilled with a new
+// agent once that one, used, is removed.
+// Proves B181 (docs/behaviours.md).
+func TestWarmPoolAgentTakesTheJobAndIsReplaced(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) {
+		c.Scalers = []scaler.Config{{Name: "warm", Type: "process", Labels: kiln.Labels{"scaled"}, MaxAgents: 2,
+			SpawnTimeout: time.Minute, WarmPool: scaler.WarmPool{Size: 1}}}
+	})
+	warmAgent := func() string {
+		for _, a := range s.Fleet.Agents() {
+			if strings.HasPrefix(a.ID, "scaler-") && a.ActiveJobs == 0 {
+				return a.ID
+			}
+		}
+		return ""
+	}
+	var first string
+	waittest.Until(t, time.Minute, "a warm agent before any job", func() bool { first = warmAgent(); return first != "" })
+	localRun(t, s, map[string]string{"ci": `on: push
+jobs:
+  one:
+    runs_on: [scaled]
+    steps:
+      - run: echo warm
+`})
+	run := waitRun(t, s.Client, triggerOne(t, s.Client, "app").ID, 2*time.Minute)
+	if j := mustJob(t, run, "one"); run.Status != kiln.RunSuccess || j.AgentID != first {
+		t.Fatalf("the job ran on %q, not the warm agent %s: %s", j.AgentID, first, describeRun(run))
+	}
+	waittest.UntilState(t, time.Minute, "a new warm agent", func() (bool, string) {
+		id := warmAgent()
+		return id != "" && id != first, "warm agent " + id
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,19 +104,11 @@ func (c *conn) authenticate(m *proto.Auth) (closeCause, bool) {
 func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	f := c.f
 	tk := c.token
-	osLabel, archLabel := strings.ToLower(strings.TrimSpace(m.OS)), strings.ToLower(strings.TrimSpace(m.Arch))
-	if tk.Labels != nil {
-		var out []string
-		for _, l := range kiln.NewLabels(m.Labels...) {
-			if !tk.Labels.Has(l) && l != osLabel && l != archLabel {
-				out = append(out, l)
-			}
-		}
-		if len(out) > 0 {
-			c.sendError(proto.ErrUnauthorized, fmt.Sprintf("the agent token does not allow the labels %s (it allows %s)",
-				strings.Join(out, ", "), strings.Join(tk.Labels, ", ")))
-			return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "labels outside the token's scope"}, false
-		}
+	osLabel, archLabel := c.platform("os", m.OS, kiln.IsOS), c.platform("arch", m.Arch, kiln.IsArch)
+	if out := outsideScope(tk.Labels, m.Labels, osLabel, archLabel); len(out) > 0 {
+		c.sendError(proto.ErrUnauthorized, fmt.Sprintf("the agent token does not allow the labels %s (it allows %s)",
+			strings.Join(out, ", "), strings.Join(tk.Labels, ", ")))
+		return closeCause{kind: "unauthorized", code: proto.CloseAuthFailed, reason: "labels outside the token's scope"}, false
 	}
 	labels := effectiveLabels(m.Labels, osLabel, archLabel, tk.Mandatory)
 	if tk.AgentID != "" && tk.AgentID != m.AgentID {
@@ -267,4 +260,41 @@ func (c *conn) refuseRegistration(agentID string, err error) (closeCause, bool) 
 		c.sendError(proto.ErrInternal, "the orchestrator could not record the registration; the agent will retry")
 		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
 	}
+}
+
+// platform is the label a reported OS or architecture becomes: itself when
+// known is true of it (Go's GOOS and GOARCH values), else none (B114).
+func (c *conn) platform(field, v string, known func(string) bool) string {
+	l := strings.ToLower(strings.TrimSpace(v))
+	if l == "" || known(l) {
+		return l
+	}
+	c.f.log.Warn("fleet: an agent reported an "+field+" kiln does not know; it is not made a label", field, v)
+	return ""
+}
+
+// outsideScope returns the labels a registration would carry outside its
+// token's scope (nil scope: any). Declared labels must be in the scope;
+// the reported OS and architecture are kiln's own and within a scope that
+// names none of their kind, but a scope that names an OS (an
+// architecture) pins it (B114).
+func outsideScope(scope kiln.Labels, declared []string, os, arch string) []string {
+	if scope == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range kiln.NewLabels(declared...) {
+		if !scope.Has(l) && l != os && l != arch {
+			out = append(out, l)
+		}
+	}
+	for _, p := range []struct {
+		label string
+		kind  func(string) bool
+	}{{os, kiln.IsOS}, {arch, kiln.IsArch}} {
+		if p.label != "" && !scope.Has(p.label) && slices.ContainsFunc(scope, p.kind) {
+			out = append(out, p.label)
+		}
+	}
+	return out
 }

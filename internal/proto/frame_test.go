@@ -64,6 +64,9 @@ func TestEncodeRefusesWrongSeq(t *testing.T) {
 	}
 }
 
+// Frames that do not validate are refused with a sentence naming what is
+// wrong; metadata with control characters among them.
+// Proves B115 (docs/behaviours.md).
 func TestDecodeRefusesBadFrames(t *testing.T) {
 	cases := []struct {
 		name, frame, code, msg string
@@ -85,6 +88,9 @@ func TestDecodeRefusesBadFrames(t *testing.T) {
 		{"step out of range", `{"type":"step.status","seq":1,"data":{"job_id":"j","lease_epoch":1,"index":-2,"name":"x","status":"running"}}`, ErrInvalidMessage, "out of range"},
 		{"bad labels", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789abcdefghijklmnopqrstuv","labels":["a,b"],"max_jobs":1}}`, ErrInvalidMessage, "labels"},
 		{"zero capacity", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789abcdefghijklmnopqrstuv","labels":[],"max_jobs":0}}`, ErrInvalidMessage, "max_jobs"},
+		{"escape in hostname", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789abcdefghijklmnopqrstuv","labels":[],"max_jobs":1,"hostname":"box\u001b[2J"}}`, ErrInvalidMessage, "hostname holds a control"},
+		{"bidi override in version", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789abcdefghijklmnopqrstuv","labels":[],"max_jobs":1,"version":"1.0\u202e"}}`, ErrInvalidMessage, "version holds a control"},
+		{"newline in agent_version", `{"type":"auth","data":{"token":"kat_x","protocol_version":1,"agent_version":"1\nlevel=ERROR"}}`, ErrInvalidMessage, "agent_version holds a control"},
 		{"no agent secret", `{"type":"register","data":{"agent_id":"a","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret is missing"},
 		{"short agent secret", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_short","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret must be"},
 		{"agent secret with a space", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789 abcdefghijklmnopqrstuv","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret may only"},

@@ -2,6 +2,7 @@ package proto
 
 import (
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/kilnci/kiln"
@@ -57,6 +58,22 @@ func CheckAgentSecret(v string) error {
 	return nil
 }
 
+// checkPlain is checkText for metadata people read in listings and logs
+// (an agent's hostname, version, OS and architecture): control and
+// formatting characters, which could rewrite a terminal or reorder the
+// text around them, are refused (B115).
+func checkPlain(field, v string, max int) error {
+	if err := checkText(field, v, max); err != nil {
+		return err
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return invalidf("%s holds a control or formatting character (%U)", field, r)
+		}
+	}
+	return nil
+}
+
 func checkLease(jobID string, epoch int64) error {
 	if err := checkID("job_id", jobID); err != nil {
 		return err
@@ -77,7 +94,7 @@ func (m *Auth) Validate() error {
 	if m.ProtocolVersion < 1 {
 		return invalidf("protocol_version is missing")
 	}
-	return checkText("agent_version", m.AgentVersion, MaxMetadataLen)
+	return checkPlain("agent_version", m.AgentVersion, MaxMetadataLen)
 }
 
 func (m *Register) Validate() error {
@@ -105,7 +122,7 @@ func (m *Register) Validate() error {
 		}
 	}
 	for f, v := range map[string]string{"hostname": m.Hostname, "os": m.OS, "arch": m.Arch, "version": m.Version} {
-		if err := checkText(f, v, MaxMetadataLen); err != nil {
+		if err := checkPlain(f, v, MaxMetadataLen); err != nil {
 			return err
 		}
 	}

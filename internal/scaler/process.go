@@ -79,8 +79,10 @@ func (p *Process) Spawn(ctx context.Context, req SpawnRequest) (Instance, error)
 	cmd.Dir = state
 	capture := &Capture{}
 	cmd.Stdout, cmd.Stderr = capture, capture
-	// Its own process group, so Destroy reaches whatever it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so Destroy reaches whatever it started; it
+	// dies with the server (a process cannot outlive the server that
+	// would remove it: the next server finds its spawn row and forgets it).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	req.Event(EventProvisioning, "starting the agent process "+filepath.Base(bin)+" agent --id "+req.AgentID)
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(state)

@@ -122,8 +122,10 @@ func (s Scalers) Get(ctx context.Context, agentID string) (Spawn, error) {
 }
 
 // Release forgets a spawn (destroyed, failed or pruned) and revokes its
-// token, so the agent it was for can never register again. It reports
-// whether the spawn was there.
+// token, so the agent it was for can never register again; its agent, no
+// longer connected, leaves the agents list (an agent used for one job
+// would otherwise stay there for good). It reports whether the spawn was
+// there.
 func (s Scalers) Release(ctx context.Context, agentID string) (bool, error) {
 	var ok bool
 	err := s.h.write(ctx, func(t *txn) error {
@@ -138,8 +140,11 @@ func (s Scalers) Release(ctx context.Context, agentID string) (bool, error) {
 		}
 		ok = true
 		if token != "" {
-			_, err = t.exec(ctx, "UPDATE agent_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?", ms(t.now), token)
+			if _, err := t.exec(ctx, "UPDATE agent_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?", ms(t.now), token); err != nil {
+				return err
+			}
 		}
+		_, err = t.exec(ctx, "DELETE FROM agents WHERE id = ? AND connected = 0", agentID)
 		return err
 	})
 	return ok, err
