@@ -105,7 +105,7 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 		ID:        pick("id", f.id),
 		StateDir:  pick("state-dir", f.stateDir),
 		MaxJobs:   f.maxJobs,
-		Version:   Version,
+		Version:   buildVersion(),
 	}
 	if cfg.TokenFile != "" && cmd.Flags().Changed("token-file") {
 		cfg.Token = "" // the flag wins over KILN_AGENT_TOKEN

@@ -94,7 +94,7 @@ func TestAgentTakesFlagsOverEnvironment(t *testing.T) {
 	c := orch.Accept(t)
 	auth, reg := c.Handshake(t, proto.RegisterAck{})
 	want := kiln.NewLabels("gpu", "fast", runtime.GOOS, runtime.GOARCH)
-	if auth.Token != "kat_flag" || !slices.Equal(reg.Labels, want) || reg.MaxJobs != 3 || reg.Version != Version {
+	if auth.Token != "kat_flag" || !slices.Equal(reg.Labels, want) || reg.MaxJobs != 3 || reg.Version != buildVersion() {
 		t.Errorf("auth %+v, register %+v", auth, reg)
 	}
 	id, err := os.ReadFile(filepath.Join(stateDir, "agent-id"))

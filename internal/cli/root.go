@@ -12,9 +12,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Version is set at build time with -ldflags "-X github.com/kilnci/kiln/internal/cli.Version=…".
-var Version = "dev"
-
 // Exit codes shared by every subcommand.
 const (
 	ExitOK      = 0
@@ -84,7 +81,7 @@ func newRoot(e *env) *cobra.Command {
 		Long:          "kiln receives forge webhooks, matches them against the workflows in .kiln/workflows,\nstores runs durably and dispatches their jobs to agents.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		Version:       buildVersion(),
 	}
 	root.AddCommand(newVersionCmd(e))
 	root.AddCommand(newLintCmd(e))
@@ -116,16 +113,4 @@ func newRoot(e *env) *cobra.Command {
 		}
 	}
 	return root
-}
-
-func newVersionCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print kiln's version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(e.stdout, "kiln", Version)
-			return nil
-		},
-	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -46,5 +47,12 @@ func TestCompletionScripts(t *testing.T) {
 	}
 	if _, out, _ := runCLI(t, nil, "--help"); !strings.Contains(out, "completion") {
 		t.Errorf("kiln --help does not list completion:\n%s", out)
+	}
+}
+
+func TestVersionSaysWhatItKnows(t *testing.T) {
+	code, out, _ := runCLI(t, nil, "version")
+	if code != ExitOK || !strings.HasPrefix(out, "kiln ") || !strings.Contains(out, runtime.Version()) || strings.Contains(out, "kiln dev\n") {
+		t.Fatalf("code %d:\n%s", code, out)
 	}
 }

@@ -28,6 +28,8 @@ Changed files (for path filters) are the uncommitted changes plus the last commi
 unless --files names them. The local agent accepts every runs_on label the
 workflows ask for, unless --strict-labels.
 
+On a terminal the output is in colour unless NO_COLOR is set (https://no-color.org).
+
 Exit status: 0 when every run passed, 1 when one failed, 2 on usage errors or
 when no workflow matches (the decision traces are printed).`,
 		Args: cobra.MaximumNArgs(1),
@@ -54,7 +56,14 @@ when no workflow matches (the decision traces are printed).`,
 					o.Event.Files = []string{}
 				}
 			}
+			for _, kv := range o.Env {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return usageErrorf("--env wants NAME=VALUE, got %q", kv)
+				}
+			}
 			o.Out, o.Err = e.stdout, e.stderr
+			o.Colour = wantColour(isTerminal(e.stdout) && !o.JSON, e.getenv)
+			o.Safe = func(s string) string { return terminalSafe(s, o.Colour) }
 			code, err := localrun.Run(cmd.Context(), o)
 			switch {
 			case errors.Is(err, localrun.ErrUsage):
@@ -75,6 +84,9 @@ when no workflow matches (the decision traces are printed).`,
 	fl.StringSliceVar(&o.Jobs, "job", nil, "run only this job and the jobs it needs (repeatable)")
 	fl.StringSliceVar(&files, "files", nil, "the changed files for path filters (comma-separated)")
 	fl.BoolVar(&o.StrictLabels, "strict-labels", false, "the local agent offers only local, its OS and architecture")
-	fl.BoolVarP(&o.Verbose, "verbose", "v", false, "also print the orchestrator's and the agent's logs")
+	fl.StringSliceVar(&o.Workflows, "workflow", nil, "run only this workflow: its file name (ci.yml), without .yml, or its name (repeatable)")
+	fl.StringArrayVar(&o.Env, "env", nil, "NAME=VALUE added to every step's environment; the workflow's env wins (repeatable)")
+	fl.BoolVar(&o.JSON, "json", false, "print the result as JSON on stdout (the progress goes to stderr)")
+	fl.BoolVarP(&o.Verbose, "verbose", "v", false, "also print the orchestrator's and the agent's logs, and every checkout line")
 	return cmd
 }

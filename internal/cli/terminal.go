@@ -100,3 +100,9 @@ func isTerminal(w io.Writer) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// wantColour: colour on a terminal, unless NO_COLOR is set to anything
+// (https://no-color.org).
+func wantColour(terminal bool, getenv func(string) string) bool {
+	return terminal && getenv("NO_COLOR") == ""
+}

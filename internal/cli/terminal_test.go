@@ -61,3 +61,22 @@ func TestLogsAndAgentsEscapeControlSequences(t *testing.T) {
 		t.Fatalf("agent list %q", out)
 	}
 }
+
+// B248: colour only on a terminal, and never when NO_COLOR is set.
+func TestColourRespectsNOCOLOR(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "NO_COLOR" {
+				return v
+			}
+			return ""
+		}
+	}
+	if !wantColour(true, env("")) || wantColour(true, env("1")) || wantColour(false, env("")) {
+		t.Fatal("colour: want it on a terminal without NO_COLOR only")
+	}
+	var buf strings.Builder
+	if isTerminal(&buf) {
+		t.Fatal("a buffer is not a terminal")
+	}
+}

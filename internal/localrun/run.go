@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/agent"
 	"github.com/kilnci/kiln/internal/engine"
+	"github.com/kilnci/kiln/internal/executor"
 	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/server"
@@ -31,8 +33,22 @@ type Options struct {
 	Jobs         []string          // only these jobs and what they need
 	StrictLabels bool              // the agent offers only local, OS and arch
 	Out, Err     io.Writer
-	// Verbose shows the orchestrator's and the agent's own logs.
+	// Verbose shows the orchestrator's and the agent's own logs, and every
+	// line of each checkout.
 	Verbose bool
+	// Workflows, when set, runs only the workflows named: by path, file
+	// name, file name without the extension, or name.
+	Workflows []string
+	// Env is added to the environment every step starts from (K=V); a
+	// workflow's own env wins over it.
+	Env []string
+	// Colour paints kiln run's own lines (the caller decides: a terminal,
+	// and NO_COLOR unset). JSON prints the result as JSON on Out and the
+	// progress on Err.
+	Colour, JSON bool
+	// Safe makes text the workflow or its steps wrote safe to print (nil:
+	// as it is).
+	Safe func(string) string
 }
 
 // Exit codes (the CLI's).
@@ -67,6 +83,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 		fmt.Fprintln(o.Err, err)
 		return ExitFailed, fmt.Errorf("the workflows do not lint; fix them first (kiln lint)")
 	}
+	if wfs, err = only(wfs, o.Workflows); err != nil {
+		return ExitNoMatch, errors.Join(ErrUsage, err)
+	}
+	progress := o.Out
+	if o.JSON {
+		progress = o.Err
+	}
 	ev, err := r.event(ctx, o.Event)
 	if err != nil {
 		return ExitNoMatch, errors.Join(ErrUsage, err)
@@ -76,24 +99,53 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return ExitNoMatch, errors.Join(ErrUsage, err)
 	}
 	if len(matches) == 0 {
-		fmt.Fprintf(o.Err, "kiln run: no workflow matches a %s of %s\n", ev.Name, describeRef(ev))
+		fmt.Fprintf(o.Err, "kiln run: no workflow matches %s\n", describeEvent(ev))
 		for _, wf := range wfs {
 			printDecision(o.Err, trigger.Match(wf, ev))
 		}
 		return ExitNoMatch, nil
 	}
-	fmt.Fprintf(o.Out, "kiln run: %s of %s (%s) in %s\n", ev.Name, describeRef(ev), short(ev.SHA), r.root)
+	fmt.Fprintf(progress, "kiln run: %s (%s) in %s\n", describeEvent(ev), short(ev.SHA), r.root)
 	for _, m := range matches {
-		fmt.Fprintf(o.Out, "  %s: %s\n", m.Workflow.Name, m.Decision.Summary)
+		fmt.Fprintf(progress, "  %s: %s\n", m.Workflow.Name, m.Decision.Summary)
 	}
 	return execute(ctx, r, ev, matches, o)
 }
 
-func describeRef(ev *kiln.Event) string {
-	if ev.Tag != "" {
+// describeEvent names the simulated event: "a push of branch main",
+// "tag v0.1.0", "a pull_request of branch fix into main".
+func describeEvent(ev *kiln.Event) string {
+	switch {
+	case ev.Tag != "":
 		return "tag " + ev.Tag
+	case ev.Name == kiln.EventPullRequest:
+		return "a pull_request of branch " + ev.Branch + " into " + ev.BaseBranch
 	}
-	return "branch " + ev.Branch
+	return "a " + string(ev.Name) + " of branch " + ev.Branch
+}
+
+// only keeps the workflows named (all when none is), by path, file name,
+// file name without the extension, or name.
+func only(wfs []*workflow.Workflow, names []string) ([]*workflow.Workflow, error) {
+	if len(names) == 0 {
+		return wfs, nil
+	}
+	var out []*workflow.Workflow
+	var all []string
+	for _, wf := range wfs {
+		base := filepath.Base(wf.File)
+		all = append(all, base)
+		for _, n := range names {
+			if n == wf.File || n == base || n == strings.TrimSuffix(base, filepath.Ext(base)) || n == wf.Name {
+				out = append(out, wf)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no workflow named %s; the workflows are %s", strings.Join(names, " or "), strings.Join(all, ", "))
+	}
+	return out, nil
 }
 
 func short(sha string) string {
@@ -227,12 +279,16 @@ func execute(ctx context.Context, r repo, ev *kiln.Event, matches []engine.Match
 		agentDone <- agent.Run(actx, agent.Config{
 			Server: s.URL, Token: token, ID: "kiln-run", Labels: agentLabels(matches, o.StrictLabels),
 			StateDir: dir + "/agent", MaxJobs: max(2, runtime.NumCPU()), Logger: log.With("part", "agent"),
+			Executor: executor.Config{BaseEnv: append(os.Environ(), o.Env...)},
 		})
 	}()
 	defer func() {
 		stopAgent()
 		<-agentDone
 	}()
+	if err := waitForAgent(ctx, s, agentDone); err != nil {
+		return ExitFailed, err
+	}
 	runs, err := s.Engine.Start(ctx, engine.StartRequest{Event: ev, Matches: matches}, nil)
 	if err != nil {
 		return ExitFailed, err
@@ -241,7 +297,7 @@ func execute(ctx context.Context, r repo, ev *kiln.Event, matches []engine.Match
 	for i, cr := range runs {
 		ids[i] = cr.ID
 	}
-	f := newFollower(s, ids, o.Out)
+	f := newFollower(s, ids, o)
 	final, interrupted := f.follow(ctx)
 	if interrupted {
 		fmt.Fprintln(o.Err, "kiln run: interrupted; cancelling")
@@ -254,36 +310,115 @@ func execute(ctx context.Context, r repo, ev *kiln.Event, matches []engine.Match
 		}
 		final, _ = f.follow(context.Background())
 	}
-	return summary(o.Out, final), nil
+	if o.JSON {
+		return jsonResult(o.Out, final)
+	}
+	return summary(o.Out, final, style{on: o.Colour}, o.Safe), nil
+}
+
+// waitForAgent waits until the local agent is connected, so the first job
+// does not report "waiting for an agent" for the moment it takes to start.
+func waitForAgent(ctx context.Context, s *server.Server, agentDone <-chan error) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(30 * time.Second)
+	for len(s.Fleet.Agents()) == 0 {
+		select {
+		case err := <-agentDone:
+			return fmt.Errorf("the local agent stopped: %w", err)
+		case <-deadline:
+			return fmt.Errorf("the local agent did not connect within 30s (kiln run -v shows its log)")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // summary prints one line per job and returns the exit code.
-func summary(w io.Writer, runs []store.Run) int {
+func summary(w io.Writer, runs []store.Run, st style, safe func(string) string) int {
+	if safe == nil {
+		safe = func(s string) string { return s }
+	}
 	fmt.Fprintln(w)
 	code := ExitOK
-	total, failed := 0, 0
+	var c tally
 	fmt.Fprintf(w, "%-40s %-16s %9s  %s\n", "JOB", "STATUS", "TIME", "")
 	for _, run := range runs {
-		jobs := append([]store.Job(nil), run.Jobs...)
-		sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].Index < jobs[j].Index })
-		for _, j := range jobs {
-			total++
-			if j.Status.Result() != kiln.ResultSuccess && j.Status.Result() != kiln.ResultSkipped {
-				failed++
-			}
-			fmt.Fprintf(w, "%-40s %-16s %9s  %s\n", clip(run.Workflow+" / "+j.Name, 40), j.Status, elapsed(j.StartedAt, j.FinishedAt), firstLine(j.Error))
+		for _, j := range sortedJobs(run) {
+			c.add(j.Status)
+			status := fmt.Sprintf("%-16s", j.Status)
+			fmt.Fprintf(w, "%-40s %s %9s  %s\n", safe(clip(run.Workflow+" / "+j.Name, 40)), st.status(status), elapsed(j.StartedAt, j.FinishedAt), safe(firstLine(j.Error)))
 		}
 		if run.Status != kiln.RunSuccess {
 			code = ExitFailed
 		}
 	}
-	switch {
-	case code == ExitOK:
-		fmt.Fprintf(w, "kiln run: all %d jobs passed\n", total)
-	default:
-		fmt.Fprintf(w, "kiln run: %d of %d jobs did not pass\n", failed, total)
+	line := "kiln run: " + c.sentence()
+	if code == ExitOK {
+		fmt.Fprintln(w, st.paint(sgrGreen, line))
+	} else {
+		fmt.Fprintln(w, st.paint(sgrRed, line))
 	}
 	return code
+}
+
+func sortedJobs(run store.Run) []store.Job {
+	jobs := append([]store.Job(nil), run.Jobs...)
+	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].Index < jobs[j].Index })
+	return jobs
+}
+
+// tally counts jobs by what they came to, for the closing sentence.
+type tally struct{ total, passed, failed, cancelled, skipped int }
+
+func (c *tally) add(s kiln.JobStatus) {
+	c.total++
+	switch s.Result() {
+	case kiln.ResultSuccess:
+		c.passed++
+	case kiln.ResultSkipped:
+		c.skipped++
+	case kiln.ResultCancelled:
+		c.cancelled++
+	default:
+		c.failed++
+	}
+}
+
+// sentence says it as a person would: "the job passed", "all 7 jobs
+// passed", "5 of 7 jobs passed, 2 skipped", "1 of 7 jobs failed, 2 skipped".
+func (c tally) sentence() string {
+	jobs := plural(c.total, "job")
+	var s string
+	switch {
+	case c.failed > 0:
+		s = fmt.Sprintf("%d of %s failed", c.failed, jobs)
+	case c.cancelled > 0:
+		s = fmt.Sprintf("%d of %s cancelled", c.cancelled, jobs)
+		c.cancelled = 0
+	case c.total == 1 && c.passed == 1:
+		return "the job passed"
+	case c.passed == c.total:
+		return fmt.Sprintf("all %d jobs passed", c.total)
+	default:
+		s = fmt.Sprintf("%d of %s passed", c.passed, jobs)
+	}
+	if c.failed > 0 && c.cancelled > 0 {
+		s += fmt.Sprintf(", %d cancelled", c.cancelled)
+	}
+	if c.skipped > 0 {
+		s += fmt.Sprintf(", %d skipped", c.skipped)
+	}
+	return s
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func elapsed(from, to time.Time) string {

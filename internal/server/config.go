@@ -114,6 +114,7 @@ type QueueConfig struct {
 	UnroutableGrace time.Duration `yaml:"unroutable_grace" doc:"a queued job no known agent could ever take fails as unroutable after this"`
 	SweepInterval   time.Duration `yaml:"sweep_interval" doc:"how often ack deadlines, recovery windows, expiry and run deadlines are checked"`
 	RedriveInterval time.Duration `yaml:"redrive_interval" doc:"safety net: how often queued jobs are offered to idle agents again"`
+	MaxSpecBytes    int           `yaml:"max_spec_bytes" doc:"largest job spec once its env, matrix values and runs_on are rendered; a larger job fails with the reason"`
 }
 
 // WebhooksConfig configures ingress.
@@ -192,6 +193,7 @@ func DefaultConfig() Config {
 			UnroutableGrace: engine.DefaultUnroutableGrace,
 			SweepInterval:   engine.DefaultSweepInterval,
 			RedriveInterval: fleet.DefaultRedriveInterval,
+			MaxSpecBytes:    engine.DefaultMaxSpecBytes,
 		},
 		Webhooks: WebhooksConfig{
 			MaxBodyBytes:  ingress.DefaultMaxBodyBytes,
@@ -439,6 +441,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Queue.MaxAttempts < 1 {
 		add("queue.max_attempts must be at least 1, got %d", c.Queue.MaxAttempts)
+	}
+	if c.Queue.MaxSpecBytes < 64<<10 || c.Queue.MaxSpecBytes > 3<<20 {
+		add("queue.max_spec_bytes must be between 65536 and 3145728 (a dispatch frame carries the spec, and frames are at most 4 MiB), got %d", c.Queue.MaxSpecBytes)
 	}
 	if c.Queue.Expiry < 0 {
 		add("queue.expiry must not be negative (0 means never)")

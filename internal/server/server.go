@@ -110,8 +110,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	// The store calls the engine's Release inside the transaction that makes
-	// a job ready (creating a run, for its root jobs).
-	db, err := store.Open(ctx, storeConfig(cfg, engine.Release, opts.Clock, log))
+	// a job ready (creating a run, for its root jobs), bounding the spec it
+	// renders by queue.max_spec_bytes (B105).
+	db, err := store.Open(ctx, storeConfig(cfg, engine.ReleaseWithin(cfg.Queue.MaxSpecBytes), opts.Clock, log))
 	if err != nil {
 		return err
 	}
