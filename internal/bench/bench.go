@@ -19,10 +19,11 @@ const (
 	ScenarioLogs     = "logs"
 	ScenarioIdle     = "idle"
 	ScenarioScaler   = "scaler"
+	ScenarioCluster  = "cluster"
 )
 
 // Scenarios lists every scenario in running order.
-var Scenarios = []string{ScenarioStartup, ScenarioWebhook, ScenarioDispatch, ScenarioLogs, ScenarioIdle, ScenarioScaler}
+var Scenarios = []string{ScenarioStartup, ScenarioWebhook, ScenarioDispatch, ScenarioLogs, ScenarioIdle, ScenarioScaler, ScenarioCluster}
 
 // Bounds on what one bench may ask for: loopback has room for these on a
 // small machine, and nobody waits hours for a number.
@@ -185,7 +186,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		run  func(context.Context) error
 	}{
 		{ScenarioStartup, b.startup}, {ScenarioWebhook, b.webhook}, {ScenarioDispatch, b.dispatch},
-		{ScenarioLogs, b.logs}, {ScenarioIdle, b.idle}, {ScenarioScaler, b.scaler},
+		{ScenarioLogs, b.logs}, {ScenarioIdle, b.idle}, {ScenarioScaler, b.scaler}, {ScenarioCluster, b.cluster},
 	}
 	for _, s := range steps {
 		if !cfg.wants(s.name) {

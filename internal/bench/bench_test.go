@@ -78,6 +78,9 @@ func TestBenchMeasuresEveryScenario(t *testing.T) {
 				}
 			}
 			for _, s := range bench.Scenarios {
+				if s == bench.ScenarioCluster && backend.Name == "sqlite" {
+					continue // several servers need PostgreSQL
+				}
 				if seen[s] == 0 {
 					t.Errorf("no result for scenario %s", s)
 				}

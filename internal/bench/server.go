@@ -33,10 +33,14 @@ type serverProc struct {
 	started time.Time
 	drop    func(context.Context) error
 	exited  chan struct{}
+	dbURL   string // the PostgreSQL database it uses ("" on SQLite)
 }
 
 // serverOptions vary a server between scenarios.
 type serverOptions struct {
+	// database, when set, is the PostgreSQL URL to share (another bench
+	// server's) instead of a scratch database of its own.
+	database    string
 	localAgents int
 	sets        []string // extra --set KEY=VALUE
 	config      string   // a configuration file's content ("": none)
@@ -60,12 +64,16 @@ func (b *bench) startServer(ctx context.Context, o serverOptions) (s *serverProc
 		}
 	}()
 	args := []string{"server", "--data-dir", filepath.Join(dir, "data"), "--local-agents", strconv.Itoa(o.localAgents)}
-	if b.cfg.Database != "" {
+	switch {
+	case o.database != "":
+		s.dbURL = o.database
+		args = append(args, "--database", o.database)
+	case b.cfg.Database != "":
 		u, drop, err := store.ScratchPostgres(ctx, b.cfg.Database, "kiln_bench")
 		if err != nil {
 			return s, err
 		}
-		s.drop = drop
+		s.drop, s.dbURL = drop, u
 		args = append(args, "--database", u)
 	}
 	addr, err := freeAddr()
