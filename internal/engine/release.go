@@ -16,7 +16,43 @@ import (
 // no I/O, only a bounded cache of parsed expressions — because it runs
 // inside the store's write transaction. A job whose expressions fail to
 // evaluate fails with the reason, naming the expression.
-func Release(job store.ReadyJob) store.Release {
+func Release(job store.ReadyJob) store.Release { return release(job, DefaultMaxSpecBytes) }
+
+// DefaultMaxSpecBytes bounds a job's rendered spec (queue.max_spec_bytes).
+const DefaultMaxSpecBytes = 1 << 20
+
+// ReleaseWithin is Release with a bound on the job's rendered spec: a job
+// whose env, matrix values or runs_on render to more than maxSpec bytes
+// fails with a sentence saying so, and rendering stops as soon as the
+// bound is passed, so a 14 KB workflow cannot make the server hold 50 MB
+// per job (B105).
+func ReleaseWithin(maxSpec int) store.Releaser {
+	return func(job store.ReadyJob) store.Release { return release(job, maxSpec) }
+}
+
+// specBudget counts what a job's spec takes while it is rendered.
+type specBudget struct{ used, max int }
+
+func (b *specBudget) take(what string, n int) error {
+	if b.used += n; b.used > b.max {
+		return fmt.Errorf("the job's spec is larger than queue.max_spec_bytes (%s) once %s is rendered; "+
+			"keep large values out of env and matrix (read them in a step instead)", sizeText(b.max), what)
+	}
+	return nil
+}
+
+func sizeText(n int) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func release(job store.ReadyJob, maxSpec int) store.Release {
+	budget := &specBudget{used: len(job.Spec), max: maxSpec}
+	if err := budget.take("its stored part", 0); err != nil {
+		return store.Release{Fail: err.Error()}
+	}
 	b, err := jobspec.Decode(job.Spec)
 	if err != nil {
 		return store.Release{Fail: "internal error: the job's stored spec does not decode"}
@@ -36,7 +72,7 @@ func Release(job store.ReadyJob) store.Release {
 	ctx["needs"] = needs
 
 	// Workflow env sees event, inputs and run; job env also env, matrix, needs.
-	wfEnv, err := renderEnv(rp.WorkflowEnv, map[string]any{"event": ctx["event"], "inputs": ctx["inputs"], "run": ctx["run"]}, "env")
+	wfEnv, err := renderEnv(rp.WorkflowEnv, map[string]any{"event": ctx["event"], "inputs": ctx["inputs"], "run": ctx["run"]}, "env", budget)
 	if err != nil {
 		return store.Release{Fail: err.Error()}
 	}
@@ -52,14 +88,14 @@ func Release(job store.ReadyJob) store.Release {
 		}
 	}
 
-	matrix, err := renderEnv(rp.Matrix, ctx, "matrix")
+	matrix, err := renderEnv(rp.Matrix, ctx, "matrix", budget)
 	if err != nil {
 		return store.Release{Fail: err.Error()}
 	}
 	if len(rp.Matrix) > 0 {
 		ctx["matrix"] = toAny(matrix)
 	}
-	jobEnv, err := renderEnv(rp.JobEnv, ctx, "env")
+	jobEnv, err := renderEnv(rp.JobEnv, ctx, "env", budget)
 	if err != nil {
 		return store.Release{Fail: err.Error()}
 	}
@@ -87,6 +123,10 @@ func Release(job store.ReadyJob) store.Release {
 	spec, err := b.Encode()
 	if err != nil {
 		return store.Release{Fail: "internal error: the job's spec does not encode"}
+	}
+	if len(spec) > maxSpec {
+		return store.Release{Fail: fmt.Sprintf("the job's spec is %d bytes once rendered, larger than queue.max_spec_bytes (%s); "+
+			"keep large values out of env and matrix (read them in a step instead)", len(spec), sizeText(maxSpec))}
 	}
 	rel.Spec = spec
 	return rel
@@ -148,7 +188,7 @@ func render(src string, ctx map[string]any) (string, error) {
 	return t.Render(&expr.Env{Contexts: ctx})
 }
 
-func renderEnv(entries []jobspec.Var, ctx map[string]any, what string) (map[string]string, error) {
+func renderEnv(entries []jobspec.Var, ctx map[string]any, what string, budget *specBudget) (map[string]string, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -157,6 +197,9 @@ func renderEnv(entries []jobspec.Var, ctx map[string]any, what string) (map[stri
 		v, err := render(e.Value, ctx)
 		if err != nil {
 			return nil, fmt.Errorf("%s.%s: %s: %v", what, e.Name, e.Value, err)
+		}
+		if err := budget.take(what+"."+e.Name, len(e.Name)+len(v)); err != nil {
+			return nil, err
 		}
 		out[e.Name] = v
 	}

@@ -124,7 +124,7 @@ func checkArtifactName(s string) error {
 	case len(s) > 255:
 		return errors.New("is longer than 255 bytes")
 	case s == "." || s == "..":
-		return errors.New("must not be . or ..")
+		return errors.New(`must not be "." or ".."`)
 	case strings.ContainsAny(s, "/\\"):
 		return errors.New("must not hold / or \\")
 	}

@@ -58,14 +58,6 @@ func (u *unauthLimiter) release(host string) {
 	}
 }
 
-// counts returns the connections not yet authenticated, in all and from
-// host.
-func (u *unauthLimiter) counts(host string) (int, int) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.total, u.perAddr[host]
-}
-
 func remoteHost(addr string) string {
 	if h, _, err := net.SplitHostPort(addr); err == nil {
 		return h

@@ -50,6 +50,10 @@ type Delivery struct {
 	GeneratedID bool
 	Event       string // push, pull_request, …: the event header's value
 	Body        []byte
+	// Signed says the body was verified by an HMAC signature, which covers
+	// the body alone: the same body under a new delivery id verifies too,
+	// so the body is a replay's key (B116).
+	Signed bool
 }
 
 // Known reports whether kiln acts on the delivery's event.
@@ -126,7 +130,8 @@ func Receive(r *http.Request, kind kiln.SourceKind, src *Source, lim BodyLimits)
 	if err != nil {
 		return nil, kiln.Errorf(kiln.CodeUnavailable, "the body could not be read back; try again")
 	}
-	d := &Delivery{Source: src.Name, Kind: kind, Body: body}
+	d := &Delivery{Source: src.Name, Kind: kind, Body: body,
+		Signed: src.Kind != kiln.SourceGeneric || src.Generic.Auth.Type == AuthHMAC}
 	if err := identify(d, r.Header); err != nil {
 		return nil, err
 	}

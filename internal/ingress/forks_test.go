@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,7 +106,9 @@ func TestGitHubForkPullRequestPolicies(t *testing.T) {
 
 		setPolicy(t, f.db, "gh", kiln.ForkDeny)
 		before, _ := f.db.Runs().List(context.Background(), store.RunFilter{Limit: 100})
-		_, out = f.send(t, "pull_request", "f-4", forkPayload(t, "octocat/Hello-World", "octocat", "MEMBER"), "")
+		// (A space makes it another body than f-2's: the same signed body
+		// again would be a replay, B116.)
+		_, out = f.send(t, "pull_request", "f-4", append(forkPayload(t, "octocat/Hello-World", "octocat", "MEMBER"), ' '), "")
 		d = f.finished(t, deliveryID(t, out))
 		if d.Status != kiln.DeliveryIgnored || d.Message != "pull request from fork octocat/Hello-World by octocat: the source denies fork pull requests" {
 			t.Fatalf("denied delivery: %s %q", d.Status, d.Message)
@@ -148,7 +151,8 @@ func TestGiteaForkPullRequestAsksTheCollaboratorsAPI(t *testing.T) {
 			held   bool
 		}{{http.StatusNoContent, false}, {http.StatusNotFound, true}, {http.StatusInternalServerError, true}} {
 			gt.SetCollaborator(giteaRepo, "bob", c.answer)
-			d := f.finished(t, f.sendGitea(t, "g-"+string(rune('a'+i)), body))
+			// Each its own body: the same one again would be a replay (B116).
+			d := f.finished(t, f.sendGitea(t, "g-"+string(rune('a'+i)), append(slices.Clone(body), strings.Repeat(" ", i)...)))
 			run := f.runOf(t, d)
 			if run.Approval.Waiting() != c.held {
 				t.Fatalf("Gitea answered %d: held %v, want %v (%q)", c.answer, run.Approval.Waiting(), c.held, d.Message)

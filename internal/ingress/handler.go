@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -51,8 +53,13 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 	if d.GeneratedID {
 		dedup = ""
 	}
+	var bodyHash string
+	if d.Signed { // B116: a signed body replayed under a new delivery id
+		sum := sha256.Sum256(d.Body)
+		bodyHash = hex.EncodeToString(sum[:])
+	}
 	id, dup, err := p.db.Ingress().Record(r.Context(), store.NewDelivery{
-		Source: st.ID, DeliveryID: dedup, Event: d.Event, Body: d.Body,
+		Source: st.ID, DeliveryID: dedup, BodyHash: bodyHash, Event: d.Event, Body: d.Body,
 		Headers: map[string]string{headerKind: string(kind), "delivery": d.ID},
 		Owner:   p.owner, ClaimFor: p.cfg.ClaimLease,
 	})

@@ -264,3 +264,31 @@ func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// A captured, correctly signed body replayed under a new delivery id (the
+// signature covers the body, not the id) is recognised by the body's hash
+// within the dedup window: recorded as a duplicate saying so, no second run.
+// Proves B116 (docs/behaviours.md).
+func TestSignedBodyReplayedUnderANewDeliveryIDIsADuplicate(t *testing.T) {
+	forEach(t, func(t *testing.T, f *fixture) {
+		body := payload(t, "push.with-new-branch.payload.json")
+		code, out := f.send(t, "push", "original", body, "")
+		if code != http.StatusAccepted || out["duplicate"] == true {
+			t.Fatalf("first delivery: %d %v", code, out)
+		}
+		f.finished(t, deliveryID(t, out))
+		for _, id := range []string{"replay-1", "replay-2"} {
+			code, out = f.send(t, "push", id, body, "")
+			if code != http.StatusAccepted || out["duplicate"] != true {
+				t.Fatalf("replay %s: %d %v", id, code, out)
+			}
+			d, err := f.db.Ingress().Get(context.Background(), deliveryID(t, out))
+			if err != nil || d.Status != kiln.DeliveryDuplicate || !strings.Contains(d.Message, "replay under a new delivery id") {
+				t.Fatalf("replay %s recorded as %+v %v", id, d, err)
+			}
+		}
+		if runs, _ := f.db.Runs().List(context.Background(), store.RunFilter{Limit: 10}); len(runs) != 1 {
+			t.Fatalf("%d runs after replays", len(runs))
+		}
+	})
+}

@@ -72,7 +72,9 @@ func addSource(t *testing.T, s *server.Server, fs *forge.Source) {
 // postGitHub sends a GitHub webhook signed with sig ("" signs it right).
 func postGitHub(t *testing.T, s *server.Server, source, event, id, sig string) int {
 	t.Helper()
-	body := []byte(`{"zen":"Keep it logically awesome."}`)
+	// Each delivery its own body: one signed body under two ids is a replay
+	// (B116).
+	body := []byte(fmt.Sprintf(`{"zen":"Keep it logically awesome.","delivery":%q}`, id))
 	req, err := http.NewRequest("POST", s.URL+"/webhook/github/"+source, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"io"
 	"net/http"
 	"time"
 )
@@ -13,10 +14,40 @@ import (
 // deadline for the whole response, so it is not set.) /ws is mounted
 // without it: the WebSocket library gives every frame written its own
 // deadline.
+//
+// It also clears http.read_timeout's deadline once the request's body has
+// arrived (at once when it has none): the timeout bounds how long a client
+// takes to send its request, and left in place it would cancel a handler
+// still answering (net/http cancels the request's context when its
+// background read times out) — a download, or a dispatch waiting for its
+// outcome.
 func perWriteDeadlines(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}, r)
+		rc := http.NewResponseController(w)
+		clearRead := func() { _ = rc.SetReadDeadline(time.Time{}) }
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			clearRead()
+		} else {
+			r.Body = &bodyDone{ReadCloser: r.Body, done: clearRead}
+		}
+		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, d: d}, r)
 	})
+}
+
+// bodyDone calls done once the body has been read to its end.
+type bodyDone struct {
+	io.ReadCloser
+	done func()
+	over bool
+}
+
+func (b *bodyDone) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.over {
+		b.over = true
+		b.done()
+	}
+	return n, err
 }
 
 type deadlineWriter struct {

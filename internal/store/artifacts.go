@@ -66,8 +66,8 @@ func (a Artifacts) Owner(ctx context.Context, runID, name string) (string, error
 	return owner, err
 }
 
-const artifactCols = `a.run_id, a.name, a.job_id, j.name, a.storage_key, a.size, a.files, a.created_at
-	FROM artifacts a JOIN jobs j ON j.id = a.job_id`
+const artifactCols = `a.run_id, a.name, a.job_id, COALESCE(j.name, ''), a.storage_key, a.size, a.files, a.created_at
+	FROM artifacts a LEFT JOIN jobs j ON j.id = a.job_id`
 
 // List returns a run's artifacts by name.
 func (a Artifacts) List(ctx context.Context, runID string) ([]Artifact, error) {

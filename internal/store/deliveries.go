@@ -21,13 +21,21 @@ type Ingress struct{ h handle }
 // another may take it over.
 const DefaultDeliveryClaim = 5 * time.Minute
 
+// bodyDedupPrefix keys a signed body's hash in delivery_dedup, beside the
+// source's delivery ids.
+const bodyDedupPrefix = "body:sha256:"
+
 // NewDelivery is a webhook delivery to record.
 type NewDelivery struct {
 	Source     string
 	DeliveryID string // the forge's delivery id; "" disables dedup
-	Event      string
-	Headers    map[string]string // the headers processing needs
-	Body       []byte
+	// BodyHash, when set (the SHA-256 of a signed body, hex), is deduped
+	// like a delivery id: a signed body replayed under a new delivery id
+	// within the dedup TTL is a duplicate.
+	BodyHash string
+	Event    string
+	Headers  map[string]string // the headers processing needs
+	Body     []byte
 	// Owner, when set, claims the new delivery for processing right away
 	// (for ClaimFor, default DefaultDeliveryClaim).
 	Owner    string
@@ -79,10 +87,27 @@ func (i Ingress) Record(ctx context.Context, d NewDelivery) (id int64, duplicate
 				return fmt.Errorf("dedup: %w", err)
 			}
 		}
+		replay := false
+		if !duplicate && d.BodyHash != "" {
+			var src string
+			err := t.queryRow(ctx, `INSERT INTO delivery_dedup (source, delivery_id, expires_at) VALUES (?, ?, ?)
+				ON CONFLICT (source, delivery_id) DO UPDATE SET expires_at = excluded.expires_at
+				WHERE delivery_dedup.expires_at <= ? RETURNING source`,
+				d.Source, bodyDedupPrefix+d.BodyHash, ms(t.now.Add(t.db.cfg.DedupTTL)), now).Scan(&src)
+			switch {
+			case isNoRows(err):
+				duplicate, replay = true, true
+			case err != nil:
+				return fmt.Errorf("dedup: %w", err)
+			}
+		}
 		status, message, body := kiln.DeliveryReceived, "", d.Body
 		var owner, until, processed any
 		if duplicate {
 			status, message, body, processed = kiln.DeliveryDuplicate, "a delivery with this id was already received", nil, now
+			if replay {
+				message = "a delivery with this signed body was already received (a replay under a new delivery id)"
+			}
 		} else if d.Owner != "" {
 			claim := d.ClaimFor
 			if claim <= 0 {

@@ -68,3 +68,29 @@ func TestUnpackStaysInsideTheDirectory(t *testing.T) {
 		t.Fatalf("top's mode: %v", st)
 	}
 }
+
+// FuzzUnpack feeds arbitrary bytes as an artifact: Unpack returns an error
+// or unpacks, never panics, and never writes outside its directory (B208).
+func FuzzUnpack(f *testing.F) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(&tar.Header{Name: "a/b", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
+	tw.Write([]byte("x"))
+	tw.Close()
+	zw.Close()
+	f.Add(buf.Bytes())
+	f.Add([]byte("not gzip"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "in")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _ = Unpack(bytes.NewReader(data), dir)
+		ents, _ := os.ReadDir(parent)
+		if len(ents) != 1 {
+			t.Fatalf("Unpack wrote beside its directory: %v", ents)
+		}
+	})
+}
