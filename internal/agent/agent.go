@@ -37,6 +37,8 @@ type agent struct {
 	draining bool
 	stopping bool
 	sess     *session      // the registered connection; nil when there is none
+	servers  []string      // known coordinators (failover.go); empty: only url
+	cur      int           // index in servers of the next attempt
 	change   chan struct{} // closed and replaced whenever jobs, drain or stop change
 	lease    lease
 }
@@ -162,6 +164,8 @@ func (a *agent) run(ctx context.Context) error {
 		}
 		if registered {
 			bo.reset()
+		} else {
+			a.failed()
 		}
 		if a.isStopping() {
 			continue

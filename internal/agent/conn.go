@@ -54,12 +54,13 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 	// nothing to flush.
 	defer context.AfterFunc(a.stopCtx, cancel)()
 	began := a.now() // the orchestrator cannot have heard from this connection before
-	conn, _, err := websocket.Dial(hctx, a.url, &websocket.DialOptions{
+	target := a.target()
+	conn, _, err := websocket.Dial(hctx, target, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"kiln-agent/" + a.cfg.Version}},
 		HTTPClient: noRedirects,
 	})
 	if err != nil {
-		return false, fmt.Errorf("connect to %s: %w", a.url, err)
+		return false, fmt.Errorf("connect to %s: %w", target, err)
 	}
 	defer conn.CloseNow()
 	// A larger frame closes the connection with 1009.
@@ -79,6 +80,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 		conn.Close(websocket.StatusNormalClosure, "the agent's lease ran out during registration")
 		return false, errors.New("the agent's lease ran out while it registered; registering again without the stopped jobs")
 	}
+	a.learn(target, ack.Coordinators)
 	s.registered(ack, began)
 	defer s.disconnected()
 	if !reg.Draining {

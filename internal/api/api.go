@@ -65,6 +65,10 @@ type Deps struct {
 	Ingress Ingress
 	Logs    *logstore.Store
 	Fleet   Fleet
+	// Coordinator is this server's id among the servers sharing the
+	// database: the agents the database lists as connected to another one
+	// are shown as connected there (B145), this one's as its fleet says.
+	Coordinator string
 	// Artifacts lists and opens runs' artifacts; nil answers 404.
 	Artifacts Artifacts
 	// Scalers is the scaler manager; nil when no scaler is configured.

@@ -27,6 +27,9 @@ type Agent struct {
 	Version       string      `json:"version,omitempty"`
 	Hostname      string      `json:"hostname,omitempty"`
 	TokenID       string      `json:"token_id,omitempty"`
+	// Coordinator is the advertise URL of the server the agent is
+	// connected to (any server sharing the database).
+	Coordinator string `json:"coordinator,omitempty"`
 }
 
 // AgentList is every agent kiln knows, by id.
@@ -84,7 +87,20 @@ func (s *server) agents(ctx context.Context) ([]Agent, error) {
 			if a.TokenID == "" { // the fleet does not say; the store has the registration's
 				a.TokenID = rec.TokenID
 			}
+			a.Coordinator = rec.CoordinatorURL
 			byID[rec.ID] = a
+			continue
+		}
+		if rec.Connected && rec.CoordinatorURL != "" && rec.Coordinator != s.Coordinator {
+			// B145: connected to another server sharing the database
+			// (whose row is alive: a dead one's agents are disconnected
+			// by the leader).
+			byID[rec.ID] = Agent{
+				ID: rec.ID, State: AgentConnected, Connected: true, Healthy: true,
+				Labels: orEmptyLabels(rec.Labels.Labels), Mandatory: nilIfEmpty(rec.Labels.Mandatory),
+				ConnectedAt: tp(rec.RegisteredAt), LastSeen: tp(rec.LastSeenAt), Version: rec.Version,
+				Hostname: rec.Hostname, TokenID: rec.TokenID, Coordinator: rec.CoordinatorURL,
+			}
 			continue
 		}
 		byID[rec.ID] = Agent{
@@ -103,6 +119,13 @@ func (s *server) agents(ctx context.Context) ([]Agent, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+func nilIfEmpty(l kiln.Labels) kiln.Labels {
+	if len(l) == 0 {
+		return nil
+	}
+	return l
 }
 
 func (s *server) listAgents(w http.ResponseWriter, r *http.Request) error {

@@ -35,7 +35,7 @@ func newAgentsCmd(e *env) *cobra.Command {
 				return printJSON(e.stdout, agents)
 			}
 			tw := newTable(e.stdout)
-			fmt.Fprintln(tw, "AGENT\tSTATE\tLABELS\tMANDATORY\tJOBS\tHOST\tVERSION\tSEEN")
+			fmt.Fprintln(tw, "AGENT\tSTATE\tLABELS\tMANDATORY\tJOBS\tHOST\tVERSION\tSEEN\tSERVER")
 			for _, a := range agents {
 				jobs := "-"
 				if a.Connected {
@@ -47,8 +47,12 @@ func newAgentsCmd(e *env) *cobra.Command {
 				}
 				// Hostname and version are what the agent says; nothing
 				// it says may drive the terminal or break the table.
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safeField(a.ID), a.State, safeField(labels(a.Labels)), safeField(labels(a.Mandatory)),
-					jobs, safeField(or(a.Hostname)), safeField(or(a.Version)), ago(seen))
+				server := "-"
+				if a.Connected && a.Coordinator != "" {
+					server = safeField(a.Coordinator)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safeField(a.ID), a.State, safeField(labels(a.Labels)), safeField(labels(a.Mandatory)),
+					jobs, safeField(or(a.Hostname)), safeField(or(a.Version)), ago(seen), server)
 			}
 			return tw.Flush()
 		},

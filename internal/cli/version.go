@@ -14,6 +14,11 @@ import (
 // (scripts/release does); otherwise it comes from the build info.
 var Version = ""
 
+// Revision is the git commit, set by scripts/release with -X when the go
+// command cannot stamp it (it finds no .git directory in a git worktree,
+// whose .git is a file).
+var Revision = ""
+
 // buildVersion is what this binary says it is: the -X version if set, else
 // the module version the go command stamped (a tag, or a pseudo-version
 // from the commit), else "(devel)".
@@ -32,7 +37,7 @@ func buildVersion() string {
 func buildDetails() (revision, when string, modified bool) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "", "", false
+		return Revision, "", false
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -43,6 +48,9 @@ func buildDetails() (revision, when string, modified bool) {
 		case "vcs.modified":
 			modified = s.Value == "true"
 		}
+	}
+	if revision == "" {
+		revision = Revision
 	}
 	return revision, when, modified
 }

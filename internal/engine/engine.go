@@ -36,6 +36,9 @@ type Config struct {
 	Logger          *slog.Logger
 	// Hooks are told what the engine does, for metrics.
 	Hooks Hooks
+	// Leading says whether this server is the cluster's leader, which
+	// alone runs the periodic sweeps (nil: always, one server).
+	Leading func() bool
 	// Scalers, when set, are asked whether they would start an agent for
 	// a job no known agent could run: such a job is never unroutable.
 	Scalers Scalers

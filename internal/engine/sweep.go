@@ -34,7 +34,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			e.Sweep(ctx)
+			// The sweeps are the leader's work: one server runs them.
+			if e.cfg.Leading == nil || e.cfg.Leading() {
+				e.Sweep(ctx)
+			}
 		}
 	}
 }

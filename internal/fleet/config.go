@@ -88,12 +88,10 @@ type Config struct {
 	RateLimitGrace    time.Duration
 	// MaxBatch bounds the store operations committed in one transaction.
 	MaxBatch int
-	// SoleCoordinator says no other orchestrator process serves agents from
-	// this database (always true for SQLite). Then, at start, agents the
-	// database still lists as connected lost their connection with the
-	// previous process: their jobs enter the recovery window, which agents
-	// that reconnect in time end by listing the jobs they still run.
-	SoleCoordinator bool
+	// Cluster is the coordinators sharing the database (cluster.Cluster):
+	// who leads, which are alive, and the cross-server wake-up. nil: this
+	// fleet is the only coordinator (tests, kiln run).
+	Cluster Cluster
 
 	// Clock returns the current time (default time.Now). Deadlines the
 	// fleet keeps (heartbeats, rate limits, token expiry) read it; timers

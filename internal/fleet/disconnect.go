@@ -23,7 +23,7 @@ type closeCause struct {
 	// in_flight instead of being requeued.
 	keepUnstarted bool
 	// noStore: the orchestrator is shutting down; the agent's jobs are left
-	// as they are for the next process (see Config.SoleCoordinator).
+	// as they are for the leader to recover (Cluster).
 	noStore bool
 	// holdFor: the jobs' recovery lasts at least this long from now, not
 	// only the window (B127; see Queue.HoldRecovery).
@@ -46,6 +46,12 @@ func causeClosed() closeCause { return closeCause{kind: "closed"} }
 
 func causeShutdown() closeCause {
 	return closeCause{kind: "shutdown", code: proto.CloseGoingAway, reason: "the orchestrator is shutting down", keepUnstarted: true, noStore: true}
+}
+
+// causeMoved: the agent registered on another coordinator, which holds
+// its jobs now; this one's connection is stale and leaves the store alone.
+func causeMoved() closeCause {
+	return closeCause{kind: "moved", code: proto.CloseGoingAway, reason: "the agent is connected to another coordinator", keepUnstarted: true, noStore: true}
 }
 
 func causeSuperseded() closeCause {
@@ -156,6 +162,12 @@ func (f *Fleet) releaseLocked(c *conn, cause closeCause) {
 func (f *Fleet) loseJobs(agentID string, cause closeCause) (lost, requeued int) {
 	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
 		lost, requeued = 0, 0
+		// Only while the database names this coordinator as the agent's
+		// holder: one that reconnected elsewhere is the other's now (B143).
+		held, err := tx.Auth().ReleaseAgent(ctx, agentID, f.cl.ID())
+		if err != nil || !held {
+			return store.Effects{}, err
+		}
 		res, err := tx.Queue().AgentLost(ctx, agentID)
 		if err != nil {
 			return store.Effects{}, err
@@ -174,9 +186,6 @@ func (f *Fleet) loseJobs(agentID string, cause closeCause) (lost, requeued int) 
 			}
 			requeued = len(rq.Jobs)
 			mergeEffects(&eff, rq.Effects)
-		}
-		if err := tx.Auth().SetAgentConnected(ctx, agentID, false); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return store.Effects{}, err
 		}
 		return eff, nil
 	})

@@ -54,7 +54,7 @@ func TestEveryDisconnectPathReleasesWaiters(t *testing.T) {
 			}, "heartbeat_timeout", full, proto.CloseHeartbeat},
 			{"ack timeout", func(*client, store.AgentToken, string) {
 				h.advance(time.Minute)
-				h.f.sweep()
+				h.f.sweep(store.LeaderLease{})
 			}, "ack_timeout", released{Lost: 1, Slots: 1, Heartbeats: 1, StepFiles: 1}, proto.CloseDispatchAckLate},
 			{"revoked", func(_ *client, tk store.AgentToken, _ string) { h.f.DisconnectToken(tk.ID) }, "token_revoked", full, proto.CloseTokenRevoked},
 			{"expired", func(*client, store.AgentToken, string) {

@@ -41,6 +41,9 @@ type dispatcher struct {
 	// lastReason is the pending reason last written per key; only the
 	// dispatcher's goroutine touches it.
 	lastReason map[string]string
+	// retries counts the passes in a row retried because a claim came up
+	// short while jobs it accepts stayed queued (retryShort).
+	retries int
 }
 
 // maxRounds bounds one routing pass; a longer one continues in the next.
@@ -143,7 +146,9 @@ func (d *dispatcher) pass(ctx context.Context) {
 		d.claim(ctx, picks)
 	}
 	if hint > 0 || full || reasons {
-		if !d.route(ctx, hint, full) {
+		done, short := d.route(ctx, hint, full)
+		d.retryShort(ctx, short)
+		if !done {
 			// A pass cut short continues at once.
 			d.mu.Lock()
 			d.full = true
@@ -163,7 +168,7 @@ type pick struct {
 // route offers the queued keys to idle agents and refreshes the pending
 // reasons of the keys still waiting. It reports false when it stopped
 // before the queue was drained or every accepting agent was busy.
-func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
+func (d *dispatcher) route(ctx context.Context, hint int, full bool) (done, short bool) {
 	f := d.f
 	// A few jobs and a few idle agents (the common case of a webhook):
 	// every idle agent claims at once, without reading the queued keys
@@ -178,7 +183,7 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	keys, err := f.db.Queue().Keys(ctx)
 	if err != nil {
 		f.log.Error("fleet: reading the queue failed; the redrive will retry", "err", err)
-		return true
+		return true, false
 	}
 	live := make(map[string]bool, len(keys))
 	for _, k := range keys {
@@ -186,6 +191,7 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	}
 	for _, p := range fast {
 		if len(p.got) < p.n {
+			short = true
 			for k := range live {
 				if p.a.labels.Accepts(store.KeyRequirement(k)) {
 					delete(live, k)
@@ -197,7 +203,7 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 	if full {
 		budget = math.MaxInt
 	}
-	done := true
+	done = true
 	for round := 0; len(live) > 0; round++ {
 		if round == maxRounds {
 			done = false
@@ -211,6 +217,7 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 		budget = max(budget-claimed, 0)
 		for _, p := range picks {
 			if len(p.got) < p.n { // the agent took all it accepts: those keys are drained
+				short = true
 				for k := range live {
 					if p.a.labels.Accepts(store.KeyRequirement(k)) {
 						delete(live, k)
@@ -223,7 +230,44 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) bool {
 		}
 	}
 	d.explain(ctx, keys, live, hint > 0 || full)
-	return done
+	return done, short
+}
+
+// maxShortRetries bounds the passes retried in a row by retryShort.
+const maxShortRetries = 5
+
+// retryShort handles a claim that came up short although jobs it accepts
+// may still be queued: a claim skips the rows another transaction holds
+// (SKIP LOCKED), such as another coordinator writing the pending reasons
+// of the jobs it just queued, and no wake-up follows. If an idle agent
+// accepts a key still queued, the pass runs again shortly (a few times,
+// backing off), instead of leaving the job to the redrive.
+func (d *dispatcher) retryShort(ctx context.Context, short bool) {
+	if !short || d.retries >= maxShortRetries {
+		d.retries = 0
+		return
+	}
+	// Not cut short by the fleet's stop: a read interrupted by a cancel
+	// leaves the driver closing its connection in the background.
+	keys, err := d.f.db.Queue().Keys(context.WithoutCancel(ctx))
+	if err != nil {
+		return
+	}
+	for _, k := range keys {
+		for _, a := range d.f.reg.matching(k) {
+			if a.freeSlots() > 0 {
+				d.retries++
+				time.AfterFunc(time.Duration(d.retries)*10*time.Millisecond, func() {
+					d.mu.Lock()
+					d.hint++
+					d.mu.Unlock()
+					d.signal()
+				})
+				return
+			}
+		}
+	}
+	d.retries = 0
 }
 
 // fastPathAgents is how many idle agents a wake-up for a few jobs offers

@@ -23,6 +23,7 @@ type Fleet struct {
 	logs  *logstore.Store
 	creds CloneCredentials
 	cfg   Config
+	cl    Cluster
 	log   *slog.Logger
 	// effects carries what the fleet's store operations committed to the
 	// engine, in commit order; closed when Run returns.
@@ -71,13 +72,14 @@ func New(db *store.DB, logs *logstore.Store, creds CloneCredentials, cfg Config)
 		return nil, errors.New("fleet: a store, a log store and clone credentials are required")
 	}
 	cfg = cfg.withDefaults()
-	if db.Dialect() == "sqlite" {
-		cfg.SoleCoordinator = true // one process owns a SQLite database
-	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	f := &Fleet{db: db, logs: logs, creds: creds, cfg: cfg, log: cfg.Logger, reg: newRegistry(),
+	var cl Cluster = newSolo()
+	if cfg.Cluster != nil {
+		cl = cfg.Cluster
+	}
+	f := &Fleet{db: db, logs: logs, creds: creds, cfg: cfg, cl: cl, log: cfg.Logger, reg: newRegistry(),
 		effects: make(chan store.Effects, effectsBuffer)}
 	f.cm = newCommitter(db, f.emit, cfg.MaxBatch, f.log.Error, &f.stats)
 	f.disp = newDispatcher(f)
@@ -126,15 +128,18 @@ func (f *Fleet) Run(ctx context.Context) error {
 		defer close(cmDone)
 		f.cm.run(bg)
 	}()
-	if f.cfg.SoleCoordinator {
-		if err := f.recoverOrphans(bg); err != nil {
-			f.log.Error("fleet: recovering the jobs of the previous process's agents failed", "err", err)
+	// The agents the database still lists as connected to a dead (or the
+	// previous) process enter recovery before anything else runs.
+	if l, ok := f.cl.Leading(); ok {
+		if err := f.recoverOrphans(bg, l); err != nil {
+			f.log.Error("fleet: recovering the jobs of dead coordinators' agents failed", "err", err)
 		}
 	}
 	loopCtx, stopLoops := context.WithCancel(bg)
 	var loops sync.WaitGroup
 	loops.Go(func() { f.disp.run(loopCtx) })
 	loops.Go(func() { f.monitor(loopCtx) })
+	loops.Go(func() { f.wakesFromOthers(loopCtx) })
 	f.accepting.Store(true)
 	f.disp.redrive() // the queue may hold jobs from before the start
 
@@ -173,10 +178,43 @@ func (f *Fleet) goSend(send func()) bool {
 	return true
 }
 
-// Wake offers jobs that entered the queue to idle agents now.
+// Wake offers jobs that entered the queue to idle agents now, here and,
+// through the cluster's wake-up, on the other coordinators (B146).
 func (f *Fleet) Wake(jobs []store.JobRef) {
-	if len(jobs) > 0 {
-		f.disp.jobsQueued(jobs)
+	if len(jobs) == 0 {
+		return
+	}
+	f.disp.jobsQueued(jobs)
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	f.cl.Publish(ids)
+}
+
+// wakesFromOthers offers the jobs other coordinators queued to this one's
+// idle agents.
+func (f *Fleet) wakesFromOthers(ctx context.Context) {
+	ch := f.cl.Wakes()
+	if ch == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ids := <-ch:
+			f.log.Debug("fleet: woken by another coordinator", "jobs", len(ids))
+			if len(ids) == 0 {
+				f.disp.redrive()
+				continue
+			}
+			refs := make([]store.JobRef, len(ids))
+			for i, id := range ids {
+				refs[i] = store.JobRef{ID: id}
+			}
+			f.disp.jobsQueued(refs)
+		}
 	}
 }
 

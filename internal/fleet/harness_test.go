@@ -279,9 +279,9 @@ func (h *harness) job(id string) store.Job {
 func (h *harness) waitStatus(id string, want kiln.JobStatus) store.Job {
 	h.t.Helper()
 	var j store.Job
-	waittest.Until(h.t, waittest.Timeout, fmt.Sprintf("job %s %s", id, want), func() bool {
+	waittest.UntilState(h.t, waittest.Timeout, fmt.Sprintf("job %s %s", id, want), func() (bool, string) {
 		j = h.job(id)
-		return j.Status == want
+		return j.Status == want, fmt.Sprintf("%+v", j)
 	})
 	return j
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -28,7 +29,21 @@ func (f *Fleet) monitor(ctx context.Context) {
 		f.checkAgents(now)
 		f.flushHeartbeats(ctx)
 		f.flushAcks()
-		f.sweep()
+		// The leader's work: dead coordinators' agents first, so the stale
+		// sweep never fails a job whose agent lost only its coordinator.
+		if l, ok := f.cl.Leading(); ok {
+			// A sole coordinator has no other whose agents could be
+			// orphaned after its start (Run recovered the previous
+			// process's).
+			if !f.cl.Sole() {
+				if err := f.recoverOrphans(ctx, l); err != nil {
+					f.log.Error("fleet: recovering the jobs of dead coordinators' agents failed", "err", err)
+				}
+			}
+			f.sweep(l)
+		}
+		f.dropHeldElsewhere(ctx)
+		f.leaveIfIsolated()
 		f.retryLosses()
 		if now.Sub(lastRedrive) >= f.cfg.RedriveInterval {
 			lastRedrive = now
@@ -86,7 +101,7 @@ func (f *Fleet) checkAgents(now time.Time) {
 // through the committer like every other job write of the fleet, so its
 // effects reach the engine in commit order and it never interleaves with an
 // operation about the same agent.
-func (f *Fleet) sweep() {
+func (f *Fleet) sweep(l store.LeaderLease) {
 	for _, s := range []struct {
 		name  string
 		run   func(store.Queue, context.Context) (store.SweepResult, error)
@@ -99,10 +114,17 @@ func (f *Fleet) sweep() {
 		for {
 			var res store.SweepResult
 			err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+				res = store.SweepResult{}
+				if err := fence(ctx, tx, l); err != nil {
+					return store.Effects{}, err
+				}
 				var err error
 				res, err = s.run(tx.Queue(), ctx)
 				return res.Effects, err
 			})
+			if errors.Is(err, store.ErrConflict) {
+				return // the leader lease was lost meanwhile
+			}
 			if err != nil {
 				f.log.Error("fleet: a sweep failed", "sweep", s.name, "err", err)
 				break
@@ -273,26 +295,4 @@ func (f *Fleet) retryLosses() {
 			f.loseJobs(id, cause)
 		}
 	}
-}
-
-// recoverOrphans runs once at start on a sole coordinator: agents the
-// database lists as connected were connected to the previous process. Their
-// jobs enter the recovery window; agents that reconnect keep what they
-// list, and the recovery sweep settles the rest.
-func (f *Fleet) recoverOrphans(ctx context.Context) error {
-	recs, err := f.db.Auth().ListAgents(ctx)
-	if err != nil {
-		return fmt.Errorf("list agents: %w", err)
-	}
-	for _, r := range recs {
-		if !r.Connected {
-			continue
-		}
-		// The previous process may have heard from the agent until it
-		// died, and the agent runs its jobs for its lease after that: their
-		// recovery lasts drop_after + the window from now (B127).
-		cause := closeCause{kind: "restart", keepUnstarted: true, holdFor: f.cfg.DropAfter + f.cfg.RecoveryWindow}
-		f.loseJobs(r.ID, cause)
-	}
-	return nil
 }

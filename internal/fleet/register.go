@@ -13,6 +13,10 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
+// errIDHeldElsewhere refuses a registration whose id another live
+// coordinator holds for another token.
+var errIDHeldElsewhere = errors.New("fleet: the agent id is held by another coordinator")
+
 // handshake runs auth and register, each within its deadline.
 func (c *conn) handshake() (closeCause, bool) {
 	f := c.f
@@ -150,6 +154,16 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	var rec store.ReconnectResult
 	err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
 		rec = store.ReconnectResult{}
+		// B144: the id is held across coordinators by the one the
+		// database names, while that one is alive; the same token moves
+		// the agent here (the other drops its stale connection).
+		holder, holderToken, err := tx.Auth().AgentHolder(ctx, m.AgentID, f.liveSince(tx.Now()))
+		if err != nil {
+			return store.Effects{}, err
+		}
+		if holder != "" && holder != f.cl.ID() && holderToken != tk.ID {
+			return store.Effects{}, errIDHeldElsewhere
+		}
 		if _, err := tx.Auth().ClaimAgentToken(ctx, tk.ID, m.AgentID); err != nil {
 			return store.Effects{}, err
 		}
@@ -157,7 +171,7 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 			return store.Effects{}, err
 		}
 		if err := tx.Auth().UpsertAgent(ctx, store.AgentRecord{ID: m.AgentID, Labels: labels, TokenID: tk.ID,
-			Hostname: m.Hostname, Version: m.Version}); err != nil {
+			Hostname: m.Hostname, Version: m.Version, Coordinator: f.cl.ID()}); err != nil {
 			return store.Effects{}, err
 		}
 		// Whatever the agent still held under this id enters recovery,
@@ -194,7 +208,8 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 		JobHeartbeatIntervalMS: f.cfg.JobHeartbeatInterval.Milliseconds(),
 		DropAfterMS:            f.cfg.DropAfter.Milliseconds(),
 		RecoveryWindowMS:       f.cfg.RecoveryWindow.Milliseconds(),
-		LeaseMarginMS:          f.cfg.LeaseMargin.Milliseconds()}
+		LeaseMarginMS:          f.cfg.LeaseMargin.Milliseconds(),
+		Coordinators:           f.cl.Coordinators()}
 	for _, l := range rec.Kept {
 		a.jobs[l.JobID] = &heldJob{runID: runs[l.JobID], epoch: l.Epoch, sent: true, acked: true}
 		ack.Recovered = append(ack.Recovered, l.JobID)
@@ -229,6 +244,9 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 // refuseRegistration answers a registration the store refused.
 func (c *conn) refuseRegistration(agentID string, err error) (closeCause, bool) {
 	switch {
+	case errors.Is(err, errIDHeldElsewhere):
+		c.sendError(proto.ErrAgentIDInUse, fmt.Sprintf("agent id %s is in use by a connection to another coordinator authenticated with another token", agentID))
+		return closeCause{kind: "agent_id_in_use", code: proto.CloseInvalidMessage, reason: "agent id in use"}, false
 	case errors.Is(err, store.ErrAgentIDBound):
 		c.f.log.Warn("fleet: refused a registration without the agent id's secret", "agent_id", agentID, "token_id", c.token.ID)
 		c.sendError(proto.ErrAgentIDBound, fmt.Sprintf("agent id %s belongs to another agent: its secret does not match the one kept "+

@@ -194,6 +194,10 @@ type RegisterAck struct {
 	Dropped                []string `json:"dropped,omitempty"`
 	HeartbeatIntervalMS    int64    `json:"heartbeat_interval_ms"`
 	JobHeartbeatIntervalMS int64    `json:"job_heartbeat_interval_ms"`
+	// Coordinators are the advertise URLs of the live coordinators sharing
+	// the orchestrator's database, this one first: where the agent may
+	// reconnect when this one is gone.
+	Coordinators []string `json:"coordinators,omitempty"`
 	// The agent's lease (B126): the orchestrator's drop_after, recovery
 	// window and lease margin, from which both ends compute the same
 	// AgentLease. Zero (an older orchestrator): the defaults.

@@ -244,6 +244,14 @@ func (m *RegisterAck) Validate() error {
 	if m.HeartbeatIntervalMS < 0 || m.JobHeartbeatIntervalMS < 0 {
 		return invalidf("heartbeat intervals must not be negative")
 	}
+	if len(m.Coordinators) > 64 {
+		return invalidf("%d coordinators (at most 64)", len(m.Coordinators))
+	}
+	for _, u := range m.Coordinators {
+		if len(u) > 2048 {
+			return invalidf("a coordinator URL of %d bytes (at most 2048)", len(u))
+		}
+	}
 	return nil
 }
 

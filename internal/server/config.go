@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kilnci/kiln/internal/cluster"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
@@ -54,11 +55,21 @@ type Config struct {
 	Scalers    []scaler.Config `yaml:"scalers"`
 	ScalerCaps scaler.Caps     `yaml:"scaler_caps"`
 	Artifacts  ArtifactsConfig `yaml:"artifacts"`
+
+	Cluster ClusterConfig `yaml:"cluster"`
 }
 
 // ArtifactsConfig bounds the artifacts jobs upload (docs/storage.md).
 type ArtifactsConfig struct {
 	MaxBytes int64 `yaml:"max_bytes" doc:"the largest artifact kiln stores, in bytes as uploaded (a gzipped tar); a larger upload fails the job"`
+}
+
+// ClusterConfig configures how servers sharing one PostgreSQL database know
+// of each other (docs/configuration.md, "Several servers").
+type ClusterConfig struct {
+	AdvertiseURL      string        `yaml:"advertise_url" doc:"URL agents reach this server at, listed to them at registration so they fail over to another server (default public_url)"`
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval" doc:"how often this server records that it is alive and renews or seeks the leader lease"`
+	DeadAfter         time.Duration `yaml:"dead_after" doc:"a server silent this long is dead: the leader puts its agents' jobs into the recovery window (also the leader lease's TTL)"`
 }
 
 // LogConfig configures the server's own structured log.
@@ -209,6 +220,10 @@ func DefaultConfig() Config {
 		Metrics: MetricsConfig{
 			RefreshInterval:       metrics.DefaultRefreshInterval,
 			BackpressureThreshold: metrics.DefaultBackpressureThreshold,
+		},
+		Cluster: ClusterConfig{
+			HeartbeatInterval: cluster.DefaultHeartbeatInterval,
+			DeadAfter:         cluster.DefaultDeadAfter,
 		},
 		Storage: StorageConfig{
 			Backend: "filesystem",
@@ -409,6 +424,7 @@ func (c *Config) Validate() error {
 		{"webhooks.dedup_ttl", c.Webhooks.DedupTTL}, {"webhooks.claim_lease", c.Webhooks.ClaimLease},
 		{"runs.cancel_grace", c.Runs.CancelGrace},
 		{"runs.schedule_interval", c.Runs.ScheduleInterval}, {"metrics.refresh_interval", c.Metrics.RefreshInterval},
+		{"cluster.heartbeat_interval", c.Cluster.HeartbeatInterval}, {"cluster.dead_after", c.Cluster.DeadAfter},
 	} {
 		if d.v <= 0 {
 			add("%s must be positive, got %s", d.key, d.v)
@@ -419,6 +435,15 @@ func (c *Config) Validate() error {
 	}
 	if a.DropAfter <= a.HeartbeatInterval {
 		add("agents.drop_after (%s) must be longer than agents.heartbeat_interval (%s)", a.DropAfter, a.HeartbeatInterval)
+	}
+	if c.Cluster.DeadAfter < 3*c.Cluster.HeartbeatInterval {
+		add("cluster.dead_after (%s) must be at least three cluster.heartbeat_interval (%s)", c.Cluster.DeadAfter, c.Cluster.HeartbeatInterval)
+	}
+	if c.Cluster.AdvertiseURL != "" {
+		if u, err := url.Parse(c.Cluster.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("cluster.advertise_url: %q is not an http(s) URL", c.Cluster.AdvertiseURL)
+		}
+		c.Cluster.AdvertiseURL = strings.TrimSuffix(c.Cluster.AdvertiseURL, "/")
 	}
 	if a.RecoveryWindow <= a.LeaseMargin+2*a.HeartbeatInterval {
 		// An agent that lost its connection keeps its jobs for the window

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kilnci/kiln/internal/cluster"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
@@ -138,6 +139,19 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
+	// This process's membership among the servers sharing the database:
+	// its row is written before it serves, so its agents never look
+	// orphaned; on SQLite it is the only one, and the leader.
+	cl, err := cluster.New(db, cluster.Config{AdvertiseURL: advertiseURL(cfg, ln),
+		HeartbeatInterval: cfg.Cluster.HeartbeatInterval, DeadAfter: cfg.Cluster.DeadAfter,
+		Sole: db.Dialect() == "sqlite", Clock: opts.Clock, Logger: log.With("part", "cluster")})
+	if err != nil {
+		return err
+	}
+	if err := cl.Join(ctx); err != nil {
+		return err
+	}
+
 	sources := ingress.NewSources(db, forge.Options{Logger: log.With("part", "forge")})
 	creds := opts.CloneCredentials
 	if creds == nil {
@@ -150,7 +164,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	fcfg := fleetConfig(cfg, opts.Clock, log)
+	fcfg := fleetConfig(cfg, cl, opts.Clock, log)
 	fcfg.Scaler = fleetScaler(scalers)
 	fl, err := fleet.New(db, logs, creds, fcfg)
 	if err != nil {
@@ -171,6 +185,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		SweepInterval: cfg.Queue.SweepInterval, UnroutableGrace: cfg.Queue.UnroutableGrace,
 		CancelGrace: cfg.Runs.CancelGrace, Clock: opts.Clock, Logger: log.With("part", "engine"),
 		Hooks: met.EngineHooks(), Scalers: engineScalers(scalers),
+		Leading: func() bool { _, ok := cl.Leading(); return ok },
 	})
 	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
 	proc := ingress.New(db, eng, sources, ingress.Config{
@@ -195,7 +210,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", perWrite(metricsOnMain(db, met, log)))
 	}
-	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers}); err != nil {
+	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers, coordinator: cl.ID()}); err != nil {
 		return err
 	}
 
@@ -225,6 +240,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return eng.Run(gctx) })
 	g.Go(func() error { return fl.Run(gctx) })
+	g.Go(func() error { return cl.Run(gctx) })
 	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return scheduler.Run(gctx) })

@@ -3,10 +3,13 @@ package server
 import (
 	"github.com/kilnci/kiln/internal/artifacts"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/cluster"
 	"github.com/kilnci/kiln/internal/engine"
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/ingress"
@@ -16,7 +19,7 @@ import (
 )
 
 // fleetConfig maps the agents section of the configuration onto the fleet.
-func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Config {
+func fleetConfig(cfg Config, cl *cluster.Cluster, clock func() time.Time, log *slog.Logger) fleet.Config {
 	a := cfg.Agents
 	return fleet.Config{
 		AuthTimeout: a.AuthTimeout, RegisterTimeout: a.RegisterTimeout,
@@ -27,9 +30,21 @@ func fleetConfig(cfg Config, clock func() time.Time, log *slog.Logger) fleet.Con
 		MaxMessageBytes:    int64(a.MaxMessageBytes),
 		MaxUnauthenticated: a.MaxUnauthenticated, MaxUnauthenticatedPerAddress: a.MaxUnauthPerAddress,
 		MessagesPerSecond: float64(a.MessagesPerSecond), BytesPerSecond: float64(a.BytesPerSecond),
-		SoleCoordinator: cfg.Database == "",
-		Clock:           clock, Logger: log.With("part", "fleet"),
+		Cluster: cl, Clock: clock, Logger: log.With("part", "fleet"),
 	}
+}
+
+// advertiseURL is where agents reach this server: cluster.advertise_url,
+// else public_url, else (public_url naming port 0) the address it listens
+// on.
+func advertiseURL(cfg Config, ln net.Listener) string {
+	if cfg.Cluster.AdvertiseURL != "" {
+		return cfg.Cluster.AdvertiseURL
+	}
+	if strings.HasSuffix(cfg.PublicURL, ":0") {
+		return "http://" + ln.Addr().String()
+	}
+	return cfg.PublicURL
 }
 
 type apiDeps struct {
@@ -42,6 +57,8 @@ type apiDeps struct {
 	arts    *artifacts.Service
 	log     *slog.Logger
 	scalers *scaler.Manager
+	// coordinator is this server's id in the cluster.
+	coordinator string
 	// writeTimeout is http.write_timeout, taken per write by log follows.
 	writeTimeout time.Duration
 }
@@ -50,7 +67,7 @@ type apiDeps struct {
 func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
-		Artifacts: d.arts,
+		Artifacts: d.arts, Coordinator: d.coordinator,
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err

@@ -20,6 +20,10 @@ type AgentRecord struct {
 	Connected    bool
 	RegisteredAt time.Time
 	LastSeenAt   time.Time
+	// Coordinator is the id of the coordinator the agent is (or was last)
+	// connected to; CoordinatorURL its advertise URL while it is alive.
+	Coordinator    string
+	CoordinatorURL string
 }
 
 // UpsertAgent records an agent's registration: labels, token, host and
@@ -30,12 +34,12 @@ func (a Auth) UpsertAgent(ctx context.Context, r AgentRecord) error {
 	}
 	return a.h.write(ctx, func(t *txn) error {
 		now := ms(t.now)
-		_, err := t.exec(ctx, `INSERT INTO agents (id, labels, mandatory, token_id, hostname, version, connected, registered_at, last_seen_at)
-			VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)
+		_, err := t.exec(ctx, `INSERT INTO agents (id, labels, mandatory, token_id, hostname, version, connected, registered_at, last_seen_at, coordinator_id)
+			VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET labels = excluded.labels, mandatory = excluded.mandatory, token_id = excluded.token_id,
 				hostname = excluded.hostname, version = excluded.version, connected = 1,
-				registered_at = excluded.registered_at, last_seen_at = excluded.last_seen_at`,
-			r.ID, r.Labels.Labels.Key(), r.Labels.Mandatory.Key(), r.TokenID, r.Hostname, r.Version, now, now)
+				registered_at = excluded.registered_at, last_seen_at = excluded.last_seen_at, coordinator_id = excluded.coordinator_id`,
+			r.ID, r.Labels.Labels.Key(), r.Labels.Mandatory.Key(), r.TokenID, r.Hostname, r.Version, now, now, r.Coordinator)
 		return err
 	})
 }
@@ -57,8 +61,9 @@ func (a Auth) SetAgentConnected(ctx context.Context, id string, connected bool) 
 
 // ListAgents lists registered agents by id.
 func (a Auth) ListAgents(ctx context.Context) ([]AgentRecord, error) {
-	rows, err := a.h.reader().query(ctx, `SELECT id, labels, mandatory, token_id, hostname, version, connected, registered_at, last_seen_at
-		FROM agents ORDER BY id`)
+	rows, err := a.h.reader().query(ctx, `SELECT a.id, a.labels, a.mandatory, a.token_id, a.hostname, a.version, a.connected,
+			a.registered_at, a.last_seen_at, a.coordinator_id, COALESCE(c.advertise_url, '')
+		FROM agents a LEFT JOIN coordinators c ON c.id = a.coordinator_id ORDER BY a.id`)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +73,7 @@ func (a Auth) ListAgents(ctx context.Context) ([]AgentRecord, error) {
 		var r AgentRecord
 		var labels, mandatory string
 		var registered, seen sql.NullInt64
-		if err := rows.Scan(&r.ID, &labels, &mandatory, &r.TokenID, &r.Hostname, &r.Version, &r.Connected, &registered, &seen); err != nil {
+		if err := rows.Scan(&r.ID, &labels, &mandatory, &r.TokenID, &r.Hostname, &r.Version, &r.Connected, &registered, &seen, &r.Coordinator, &r.CoordinatorURL); err != nil {
 			return nil, err
 		}
 		r.Labels = kiln.AgentLabels{Labels: kiln.ParseLabelsKey(labels), Mandatory: kiln.ParseLabelsKey(mandatory)}
