@@ -112,6 +112,10 @@ func (f *Fleet) emit(eff store.Effects) {
 // started and after it ended.
 func (f *Fleet) Handler() http.Handler { return http.HandlerFunc(f.serveHTTP) }
 
+// Accepting reports whether Run has started taking agent connections
+// (before it, and after it ended, /ws answers 503).
+func (f *Fleet) Accepting() bool { return f.accepting.Load() }
+
 // Run serves until ctx ends: it starts the committer, the dispatcher and the
 // monitor, then accepts agents. When ctx ends it closes every connection
 // with 1001 (going away), leaving the agents' jobs for the next process to
