@@ -104,6 +104,10 @@ type Requirement struct {
 	// forks use; none by default) may take it.
 	Fork       bool   `json:"fork,omitempty"`
 	ForkLabels Labels `json:"fork_labels,omitempty"`
+	// Resources are the CPU and memory the job asks for (`resources:`):
+	// a scaler reserves them and limits its agent to them; an agent with
+	// a Limit takes only jobs within it.
+	Resources Resources `json:"resources,omitzero"`
 }
 
 // forkKeySep starts the fork part of a routing key. A space is in no
@@ -111,7 +115,8 @@ type Requirement struct {
 const forkKeySep = " fork:"
 
 // Key is the canonical routing key of the requirement: the runs_on key, and
-// when there are exclusions "!" and the exclude key; a fork job's key ends
+// when there are exclusions "!" and the exclude key, then " res:" and the
+// resources when the job states any; a fork job's key ends
 // with " fork:" and the labels its source allows, so fork jobs queue apart
 // and every label filter (the claim's, the dispatcher's, the unroutable
 // probe's) sees the restriction in the key alone.
@@ -120,6 +125,7 @@ func (r Requirement) Key() string {
 	if len(r.Exclude) > 0 {
 		k += "!" + r.Exclude.Key()
 	}
+	k += r.Resources.key()
 	if r.Fork {
 		k += forkKeySep + r.ForkLabels.Key()
 	}
@@ -129,8 +135,12 @@ func (r Requirement) Key() string {
 // ParseRequirementKey is the inverse of Requirement.Key.
 func ParseRequirementKey(key string) Requirement {
 	key, fork, isFork := strings.Cut(key, forkKeySep)
+	key, res, hasRes := strings.Cut(key, resKeySep)
 	runsOn, exclude, _ := strings.Cut(key, "!")
 	r := Requirement{RunsOn: ParseLabelsKey(runsOn), Exclude: ParseLabelsKey(exclude)}
+	if hasRes {
+		r.Resources = parseResourcesKey(res)
+	}
 	if isFork {
 		r.Fork, r.ForkLabels = true, ParseLabelsKey(fork)
 	}
@@ -143,12 +153,15 @@ func ParseRequirementKey(key string) Requirement {
 type AgentLabels struct {
 	Labels    Labels `json:"labels"`
 	Mandatory Labels `json:"mandatory,omitempty"`
+	// Limit is what a scaler's agent was given (its container's or VM's
+	// size): it takes only jobs whose resources fit. Zero: no limit.
+	Limit Resources `json:"limit,omitzero"`
 }
 
 // Accepts reports whether an agent offering a can run a job requiring r.
 func (a AgentLabels) Accepts(r Requirement) bool {
 	return a.Labels.Contains(r.RunsOn) && !a.Labels.Intersects(r.Exclude) && r.RunsOn.Contains(a.Mandatory) &&
-		(!r.Fork || r.ForkLabels.Contains(a.Mandatory))
+		(!r.Fork || r.ForkLabels.Contains(a.Mandatory)) && r.Resources.Within(a.Limit)
 }
 
 // Explain says, in a sentence, why an agent does not accept r ("" if it does).
@@ -174,6 +187,9 @@ func (a AgentLabels) Explain(r Requirement) string {
 		if r.Fork && !r.ForkLabels.Has(l) {
 			return fmt.Sprintf("has mandatory label %s, which the source does not let fork pull requests use", l)
 		}
+	}
+	if !r.Resources.Within(a.Limit) {
+		return fmt.Sprintf("was given %s, less than the job's %s", a.Limit, r.Resources)
 	}
 	return ""
 }

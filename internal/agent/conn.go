@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ type session struct {
 	a    *agent
 	conn *websocket.Conn
 	ctx  context.Context // ends with the session
+	// target is the URL this session dialed.
+	target string
 
 	heartbeat, jobHeartbeat time.Duration
 	// pings carries the send times of heartbeats to the pinger, which
@@ -68,7 +71,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 
 	ctx, stop := context.WithCancel(life)
 	defer stop()
-	s := &session{a: a, conn: conn, ctx: ctx, pings: make(chan time.Time, 1)}
+	s := &session{a: a, conn: conn, ctx: ctx, target: target, pings: make(chan time.Time, 1)}
 	reg, ack, err := s.handshake(hctx)
 	if err != nil {
 		return false, s.outcome(err)
@@ -204,8 +207,10 @@ func (s *session) registered(ack *proto.RegisterAck, began time.Time) {
 		x.Cancel(true)
 	}
 	a.out.online(a.now())
-	a.log.Info("registered", "agent_id", ack.AgentID, "labels", ack.Labels, "recovered", ack.Recovered,
-		"dropped", ack.Dropped, "replaying", a.out.size())
+	// Job ids joined, so that none reads "recovered=[]" and no job
+	// "recovered=<nil>" depending on how the ack was decoded.
+	a.log.Info("registered", "agent_id", ack.AgentID, "labels", ack.Labels, "recovered", strings.Join(ack.Recovered, ","),
+		"dropped", strings.Join(ack.Dropped, ","), "replaying", a.out.size())
 }
 
 func (s *session) disconnected() {
@@ -247,6 +252,10 @@ func (s *session) readLoop(ctx context.Context) error {
 			s.a.cancel(m)
 		case *proto.Drain:
 			s.a.drain("the orchestrator asked the agent to drain")
+		case *proto.Coordinators:
+			// B139: the live coordinators changed since register.ack.
+			s.a.learn(s.target, m.Coordinators)
+			s.a.log.Info("the orchestrator's coordinators changed", "coordinators", s.a.knownServers())
 		case *proto.Error:
 			s.noteError(m)
 		default:

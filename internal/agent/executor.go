@@ -77,7 +77,7 @@ type execPrepared struct {
 }
 
 func (p *execPrepared) Start(ctx context.Context, sink Sink) Execution {
-	if ts, ok := sink.(interface{ Transfer() executor.Transfer }); ok && (len(p.job.Artifacts) > 0 || p.fetch) {
+	if ts, ok := sink.(interface{ Transfer() executor.Transfer }); ok && (len(p.job.Artifacts) > 0 || len(p.job.Caches) > 0 || p.fetch) {
 		p.job.Transfer = ts.Transfer()
 	}
 	return execExecution{p.x.Start(ctx, p.job, execSink{sink})}
@@ -122,6 +122,9 @@ func jobFromDispatch(d *proto.Dispatch) (*executor.Job, error) {
 	}
 	for _, a := range s.Artifacts {
 		job.Artifacts = append(job.Artifacts, executor.Artifact{Name: a.Name, Paths: a.Paths})
+	}
+	for _, c := range s.Caches {
+		job.Caches = append(job.Caches, executor.Cache{Key: c.Key, Paths: c.Paths, RestoreKeys: c.RestoreKeys})
 	}
 	job.Steps = make([]executor.Step, len(s.Steps))
 	for i, st := range s.Steps {

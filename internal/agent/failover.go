@@ -1,9 +1,13 @@
 package agent
 
+import "slices"
+
 // Failover between coordinators: register.ack lists the live coordinators
-// sharing the orchestrator's database (B147). The agent keeps the list and,
-// when a connection attempt fails, tries the next one, so that the death of
-// its coordinator costs it one reconnect, not its jobs.
+// sharing the orchestrator's database (B147), and a coordinators frame
+// replaces the list whenever it changes while the agent is connected
+// (B139). The agent keeps the list and, when a connection attempt fails,
+// tries the next one, so that the death of its coordinator costs it one
+// reconnect, not its jobs.
 
 // maxServers bounds the coordinators an agent remembers.
 const maxServers = 16
@@ -27,9 +31,9 @@ func (a *agent) failed() {
 	}
 }
 
-// learn replaces the known coordinators with those a register.ack listed
-// (made ws URLs; unusable ones skipped), keeping the configured URL and the
-// one connected now.
+// learn replaces the known coordinators with those a register.ack or a
+// coordinators frame listed (made ws URLs; unusable ones skipped), keeping
+// the configured URL and the one connected now.
 func (a *agent) learn(connected string, coordinators []string) {
 	list := []string{a.url}
 	seen := map[string]bool{a.url: true}
@@ -54,4 +58,11 @@ func (a *agent) learn(connected string, coordinators []string) {
 			a.cur = i
 		}
 	}
+}
+
+// knownServers is the list the next failed connection moves along.
+func (a *agent) knownServers() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.servers)
 }

@@ -15,7 +15,8 @@ import (
 	"github.com/kilnci/kiln/internal/proto"
 )
 
-// transfer is the agent's own small client for a job's artifacts: it
+// transfer is the agent's own small client for a job's artifacts and
+// caches: it
 // streams them to and from the orchestrator it is connected to, which
 // stores them (the agent never holds storage credentials). It sends the
 // agent's token and id; the orchestrator checks that this agent holds the
@@ -60,8 +61,8 @@ func (s *jobSink) Transfer() executor.Transfer {
 	}
 }
 
-func (t *transfer) request(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, t.base+path+"?epoch="+t.epoch, body)
+func (t *transfer) request(ctx context.Context, method, path, query string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, t.base+path+"?epoch="+t.epoch+query, body)
 	if err != nil {
 		return nil, err
 	}
@@ -77,10 +78,17 @@ func (t *transfer) request(ctx context.Context, method, path string, body io.Rea
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		return nil, responseError(resp)
+		err := responseError(resp)
+		if resp.StatusCode == http.StatusConflict {
+			err = fmt.Errorf("%w: %v", errConflict, err)
+		}
+		return nil, err
 	}
 	return resp, nil
 }
+
+// errConflict marks an orchestrator's 409 answer.
+var errConflict = errors.New("conflict")
 
 // responseError reads the orchestrator's JSON error ({"error": {"message"}})
 // or says the status.
@@ -97,7 +105,7 @@ func responseError(resp *http.Response) error {
 }
 
 func (t *transfer) Upload(ctx context.Context, name string, body io.Reader) error {
-	resp, err := t.request(ctx, http.MethodPut, "/artifacts/"+url.PathEscape(name), body)
+	resp, err := t.request(ctx, http.MethodPut, "/artifacts/"+url.PathEscape(name), "", body)
 	if err != nil {
 		return err
 	}
@@ -106,7 +114,7 @@ func (t *transfer) Upload(ctx context.Context, name string, body io.Reader) erro
 }
 
 func (t *transfer) Fetchable(ctx context.Context) ([]string, error) {
-	resp, err := t.request(ctx, http.MethodGet, "/needs/artifacts", nil)
+	resp, err := t.request(ctx, http.MethodGet, "/needs/artifacts", "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +135,46 @@ func (t *transfer) Fetchable(ctx context.Context) ([]string, error) {
 }
 
 func (t *transfer) Download(ctx context.Context, name string) (io.ReadCloser, error) {
-	resp, err := t.request(ctx, http.MethodGet, "/artifacts/"+url.PathEscape(name), nil)
+	resp, err := t.request(ctx, http.MethodGet, "/artifacts/"+url.PathEscape(name), "", nil)
 	if err != nil {
 		return nil, err
 	}
 	return resp.Body, nil
+}
+
+var _ executor.CacheTransfer = (*transfer)(nil)
+
+// cacheQuery is the query of a cache request beyond the epoch.
+func cacheQuery(key string, restoreKeys []string) string {
+	q := url.Values{"key": {key}}
+	for _, rk := range restoreKeys {
+		q.Add("restore", rk)
+	}
+	return "&" + q.Encode()
+}
+
+func (t *transfer) RestoreCache(ctx context.Context, key string, restoreKeys []string) (io.ReadCloser, executor.CacheHit, bool, error) {
+	resp, err := t.request(ctx, http.MethodGet, "/cache", cacheQuery(key, restoreKeys), nil)
+	if err != nil {
+		return nil, executor.CacheHit{}, false, err
+	}
+	if resp.StatusCode == http.StatusNoContent {
+		resp.Body.Close()
+		return nil, executor.CacheHit{Searched: resp.Header.Get("Kiln-Cache-Searched")}, false, nil
+	}
+	hit := executor.CacheHit{Key: resp.Header.Get("Kiln-Cache-Key"), Scope: resp.Header.Get("Kiln-Cache-Scope"),
+		Exact: resp.Header.Get("Kiln-Cache-Exact") == "true"}
+	return resp.Body, hit, true, nil
+}
+
+func (t *transfer) SaveCache(ctx context.Context, key string, body io.Reader) error {
+	resp, err := t.request(ctx, http.MethodPut, "/cache", cacheQuery(key, nil), body)
+	if errors.Is(err, errConflict) {
+		return executor.ErrCacheTaken
+	}
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return resp.Body.Close()
 }

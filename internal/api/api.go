@@ -76,6 +76,9 @@ type Deps struct {
 	// Ready reports whether the server can serve (GET /ready). Default: a
 	// cheap database query.
 	Ready func(ctx context.Context) error
+	// Accepting, when set, reports whether agents are accepted yet; until
+	// it does /ready answers 503 whatever Ready says (B133).
+	Accepting func() bool
 	// CredentialWarnings says where a source being created or changed puts
 	// agents at risk or leaves them without access (its token can push,
 	// kiln cannot tell). Default: forge.CredentialWarnings, which asks
@@ -213,9 +216,13 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// ready answers 200 when the database answers a query within
-// ReadyTimeout, 503 otherwise.
+// ready answers 200 when agents are accepted and the database answers a
+// query within ReadyTimeout, 503 otherwise.
 func (s *server) ready(w http.ResponseWriter, r *http.Request) error {
+	if s.Accepting != nil && !s.Accepting() {
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "unavailable", Error: "the server is starting: agents are not accepted yet"})
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadyTimeout)
 	defer cancel()
 	if err := s.Ready(ctx); err != nil {

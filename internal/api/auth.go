@@ -12,6 +12,19 @@ import (
 
 type ctxKey struct{}
 
+// sessionKey carries the token of a dashboard session: a request made in
+// the process on a logged-in browser's behalf (internal/web) carries the
+// token the session was opened with instead of its secret. A request from
+// the network cannot set a context value.
+type sessionKey struct{}
+
+// WithSessionToken returns ctx carrying tk, which authenticates requests
+// served in-process with it in place of an Authorization header. The
+// caller has checked that tk is usable (store.Sessions.Get does).
+func WithSessionToken(ctx context.Context, tk store.AdminToken) context.Context {
+	return context.WithValue(ctx, sessionKey{}, tk)
+}
+
 // authenticate lets a request for the route method path through with a
 // valid admin bearer token whose role allows the route (readOnlyMay), and
 // keeps the token in its context (for "created by" and the actor of a
@@ -19,9 +32,12 @@ type ctxKey struct{}
 func (s *server) authenticate(method, path string, next http.Handler) http.Handler {
 	readOnly := readOnlyMay(method, path)
 	return s.wrap(func(w http.ResponseWriter, r *http.Request) error {
-		tk, err := s.bearer(r)
-		if err != nil {
-			return err
+		tk, ok := r.Context().Value(sessionKey{}).(store.AdminToken)
+		if !ok {
+			var err error
+			if tk, err = s.bearer(r); err != nil {
+				return err
+			}
 		}
 		if tk.Role != store.RoleAdmin && !(tk.Role == store.RoleReadOnly && readOnly) {
 			return forbidden(tk, r)

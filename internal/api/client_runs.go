@@ -19,6 +19,9 @@ type RunFilter struct {
 	Status     kiln.RunStatus
 	Workflow   string
 	Repository string
+	Source     string // the source's name
+	Branch     string // a branch name or a full ref
+	Event      kiln.EventName
 	Before     int64 // runs numbered below this (RunList.NextBefore)
 	Limit      int
 }
@@ -29,6 +32,9 @@ func (c *Client) ListRuns(ctx context.Context, f RunFilter) (RunList, error) {
 	set(q, "status", string(f.Status))
 	set(q, "workflow", f.Workflow)
 	set(q, "repository", f.Repository)
+	set(q, "source", f.Source)
+	set(q, "branch", f.Branch)
+	set(q, "event", string(f.Event))
 	setInt(q, "before", f.Before)
 	setInt(q, "limit", int64(f.Limit))
 	var out RunList

@@ -44,6 +44,10 @@ type Run struct {
 	// Approval is set when the run was held for an admin's approval.
 	Approval *Approval `json:"approval,omitempty"`
 	Jobs     []Job     `json:"jobs,omitempty"`
+
+	// ReportNote says why the run's report to its forge fell back: GitHub
+	// refused its check run and a commit status was posted instead.
+	ReportNote string `json:"report_note,omitempty"`
 }
 
 // Approval is the hold of a fork's run: waiting (its jobs held pending),
@@ -174,7 +178,7 @@ func runDTO(r store.Run, sourceName string, full bool) Run {
 	out := Run{
 		ID: r.ID, Number: r.Number, Source: sourceName, Repository: r.Repository, Workflow: r.Workflow,
 		WorkflowFile: r.WorkflowFile, Ref: r.Ref, SHA: r.SHA, Status: r.Status,
-		CancelReason: r.CancelReason, FailureReason: r.FailureReason, RerunOf: r.RerunOf,
+		CancelReason: r.CancelReason, FailureReason: r.FailureReason, ReportNote: r.ReportNote, RerunOf: r.RerunOf,
 		ParentRunID: r.ParentRunID, DeliveryID: r.DeliveryID, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: tp(r.StartedAt), FinishedAt: tp(r.FinishedAt), Deadline: tp(r.Deadline),
 	}
@@ -253,17 +257,22 @@ type Source struct {
 	// labels their jobs may use.
 	ForkPullRequests kiln.ForkPolicy `json:"fork_pull_requests"`
 	ForkLabels       kiln.Labels     `json:"fork_labels"`
+	// PublicBadges: anyone may fetch the source's status badges
+	// (/badge/{source}/{workflow}.svg) without logging in.
+	PublicBadges bool `json:"public_badges"`
 	// Warnings, in the answer to a create or an update, say where the
 	// source's credentials put agents at risk or leave them without access.
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// SourceRequest creates a source: its forge settings and its fork policy
-// (default approve, no fork labels).
+// SourceRequest creates a source: its forge settings, its fork policy
+// (default approve, no fork labels) and whether its status badges are
+// public (default not).
 type SourceRequest struct {
 	forge.Source
 	ForkPullRequests kiln.ForkPolicy `json:"fork_pull_requests,omitempty"`
 	ForkLabels       []string        `json:"fork_labels,omitempty"`
+	PublicBadges     bool            `json:"public_badges,omitempty"`
 }
 
 // Hook is the post-receive hook of a local source.

@@ -97,6 +97,7 @@ func (s *server) agents(ctx context.Context) ([]Agent, error) {
 			// by the leader).
 			byID[rec.ID] = Agent{
 				ID: rec.ID, State: AgentConnected, Connected: true, Healthy: true,
+				MaxJobs: rec.MaxJobs, ActiveJobs: rec.ActiveJobs,
 				Labels: orEmptyLabels(rec.Labels.Labels), Mandatory: nilIfEmpty(rec.Labels.Mandatory),
 				ConnectedAt: tp(rec.RegisteredAt), LastSeen: tp(rec.LastSeenAt), Version: rec.Version,
 				Hostname: rec.Hostname, TokenID: rec.TokenID, Coordinator: rec.CoordinatorURL,
@@ -177,21 +178,23 @@ type Queue struct {
 	Waiting []WaitingJob           `json:"waiting"`
 }
 
-// WaitingJob is a queued job and why it waits.
+// WaitingJob is a queued job, or one held for an admin's approval
+// (status pending), and why it waits.
 type WaitingJob struct {
-	JobID                 string      `json:"job_id"`
-	Job                   string      `json:"job"`
-	RunID                 string      `json:"run_id"`
-	RunNumber             int64       `json:"run_number"`
-	Workflow              string      `json:"workflow"`
-	RunsOn                kiln.Labels `json:"runs_on"`
-	ExcludeLabels         kiln.Labels `json:"exclude_labels,omitempty"`
-	Reason                string      `json:"reason,omitempty"`
-	Since                 *time.Time  `json:"since,omitempty"` // when Reason was set
-	QueuedAt              *time.Time  `json:"queued_at,omitempty"`
-	ExpiresAt             *time.Time  `json:"expires_at,omitempty"`
-	Dispatches            int         `json:"dispatches,omitempty"`
-	LastProvisioningError string      `json:"last_provisioning_error,omitempty"`
+	JobID                 string         `json:"job_id"`
+	Status                kiln.JobStatus `json:"status"`
+	Job                   string         `json:"job"`
+	RunID                 string         `json:"run_id"`
+	RunNumber             int64          `json:"run_number"`
+	Workflow              string         `json:"workflow"`
+	RunsOn                kiln.Labels    `json:"runs_on"`
+	ExcludeLabels         kiln.Labels    `json:"exclude_labels,omitempty"`
+	Reason                string         `json:"reason,omitempty"`
+	Since                 *time.Time     `json:"since,omitempty"` // when Reason was set
+	QueuedAt              *time.Time     `json:"queued_at,omitempty"`
+	ExpiresAt             *time.Time     `json:"expires_at,omitempty"`
+	Dispatches            int            `json:"dispatches,omitempty"`
+	LastProvisioningError string         `json:"last_provisioning_error,omitempty"`
 }
 
 func (s *server) queue(w http.ResponseWriter, r *http.Request) error {
@@ -213,7 +216,7 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) error {
 	out := Queue{Depth: depth.ByStatus, ByLabel: depth.ByLabel, Waiting: make([]WaitingJob, len(waiting))}
 	for i, wj := range waiting {
 		out.Waiting[i] = WaitingJob{
-			JobID: wj.ID, Job: wj.Name, RunID: wj.RunID, RunNumber: wj.RunNumber, Workflow: wj.Workflow,
+			JobID: wj.ID, Status: wj.Status, Job: wj.Name, RunID: wj.RunID, RunNumber: wj.RunNumber, Workflow: wj.Workflow,
 			RunsOn: orEmptyLabels(wj.Requirement.RunsOn), ExcludeLabels: wj.Requirement.Exclude,
 			Reason: wj.Reason, Since: tp(wj.Since), QueuedAt: tp(wj.QueuedAt), ExpiresAt: tp(wj.ExpiresAt),
 			Dispatches: wj.Attempts, LastProvisioningError: wj.LastProvisioningError,

@@ -176,7 +176,9 @@ func (s *server) deliveryWithRuns(ctx context.Context, d store.Delivery) (Delive
 	}
 	dto := deliveryDTO(d, names)
 	for _, id := range d.RunIDs {
-		run, err := s.DB.Runs().Get(ctx, id)
+		// The run's row is all the answer needs: reading its jobs too
+		// cost a dispatch of 256 jobs 9% of the server's CPU per job.
+		run, err := s.DB.Runs().Header(ctx, id)
 		if kiln.ErrorCode(err) == codeNotFound {
 			continue
 		}

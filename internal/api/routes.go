@@ -37,6 +37,7 @@ func (s *server) table() []route {
 		{"GET", "/api/v1/queue", false, s.queue},
 		{"GET", "/api/v1/agents", false, s.listAgents},
 		{"POST", "/api/v1/agents/{id}/drain", false, s.drainAgent},
+		{"POST", "/api/v1/agents/claim", true, s.claimAgent},
 		{"GET", "/api/v1/scalers", false, s.listScalers},
 
 		{"GET", "/api/v1/tokens", false, s.listTokens},

@@ -18,11 +18,14 @@ const (
 )
 
 func (s *server) listRuns(w http.ResponseWriter, r *http.Request) error {
-	if err := checkQuery(r, "status", "workflow", "repository", "limit", "before"); err != nil {
+	if err := checkQuery(r, "status", "workflow", "repository", "source", "branch", "event", "limit", "before"); err != nil {
 		return err
 	}
 	q := r.URL.Query()
 	f := store.RunFilter{Workflow: q.Get("workflow"), Repository: q.Get("repository")}
+	if err := s.moreRunFilters(r, &f); err != nil {
+		return err
+	}
 	if st := q.Get("status"); st != "" {
 		if !slices.Contains(kiln.RunStatuses, kiln.RunStatus(st)) {
 			return errorf(codeInvalid, "status %q is not a run status (pending, running, cancelling, success, failed, cancelled)", st)
@@ -184,4 +187,33 @@ func (s *server) sourceNames(ctx context.Context) (map[string]string, error) {
 		m[src.ID] = src.Name
 	}
 	return m, nil
+}
+
+// moreRunFilters reads the filters the dashboard added (B304): source
+// (by name), branch (a name, or a full ref) and event.
+func (s *server) moreRunFilters(r *http.Request, f *store.RunFilter) error {
+	q := r.URL.Query()
+	if name := q.Get("source"); name != "" {
+		src, err := s.DB.Sources().GetByName(r.Context(), name)
+		if kiln.ErrorCode(err) == codeNotFound {
+			f.Source = "(none)" // an unknown source has no runs
+		} else if err != nil {
+			return err
+		} else {
+			f.Source = src.ID
+		}
+	}
+	if b := q.Get("branch"); b != "" {
+		f.Ref = b
+		if !strings.HasPrefix(b, "refs/") {
+			f.Ref = "refs/heads/" + b
+		}
+	}
+	if ev := q.Get("event"); ev != "" {
+		if !slices.Contains(kiln.EventNames, kiln.EventName(ev)) {
+			return errorf(codeInvalid, "event %q is not an event kiln knows (push, pull_request, tag, schedule, dispatch)", ev)
+		}
+		f.Event = kiln.EventName(ev)
+	}
+	return nil
 }

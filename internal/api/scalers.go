@@ -3,11 +3,9 @@ package api
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/kilnci/kiln"
-	"github.com/kilnci/kiln/internal/store"
 )
 
 // Scalers is what the API shows of the scaler manager (docs/scalers.md).
@@ -54,21 +52,6 @@ type ScalerList struct {
 	Scalers []Scaler `json:"scalers"`
 }
 
-// TimelineEvent is one entry of a run's timeline.
-type TimelineEvent struct {
-	At     time.Time `json:"at"`
-	Type   string    `json:"type"`
-	JobID  string    `json:"job_id,omitempty"`
-	Job    string    `json:"job,omitempty"`
-	Detail string    `json:"detail"`
-}
-
-// Timeline is a run's timeline, oldest first.
-type Timeline struct {
-	RunID  string          `json:"run_id"`
-	Events []TimelineEvent `json:"events"`
-}
-
 func (s *server) listScalers(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r); err != nil {
 		return err
@@ -86,57 +69,9 @@ func (s *server) listScalers(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) runTimeline(w http.ResponseWriter, r *http.Request) error {
-	if err := checkQuery(r, "job"); err != nil {
-		return err
-	}
-	run, err := s.findRun(r.Context(), r.PathValue("run"))
-	if err != nil {
-		return err
-	}
-	tl, err := s.timeline(r.Context(), run, r.URL.Query().Get("job"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, tl)
-	return nil
-}
-
-// timeline reads a run's events, naming their jobs; job ("" for all) is a
-// job's name or id.
-func (s *server) timeline(ctx context.Context, run store.Run, job string) (Timeline, error) {
-	names := map[string]string{}
-	jobID := ""
-	for _, j := range run.Jobs {
-		names[j.ID] = j.Name
-		if job != "" && (j.ID == job || j.Name == job) {
-			jobID = j.ID
-		}
-	}
-	if job != "" && jobID == "" {
-		return Timeline{}, errorf(codeNotFound, "run %d has no job %.80q", run.Number, job)
-	}
-	evs, err := s.DB.Runs().Timeline(ctx, run.ID, jobID)
-	if err != nil {
-		return Timeline{}, err
-	}
-	out := Timeline{RunID: run.ID, Events: make([]TimelineEvent, 0, len(evs))}
-	for _, e := range evs {
-		out.Events = append(out.Events, TimelineEvent{At: e.At, Type: e.Type, JobID: e.JobID, Job: names[e.JobID], Detail: e.Detail})
-	}
-	return out, nil
-}
-
 // Scalers lists the configured scalers.
 func (c *Client) Scalers(ctx context.Context) ([]Scaler, error) {
 	var out ScalerList
 	_, err := c.do(ctx, "GET", "/api/v1/scalers", nil, nil, &out)
 	return out.Scalers, err
-}
-
-// Timeline reads a run's timeline.
-func (c *Client) Timeline(ctx context.Context, run string) (Timeline, error) {
-	var out Timeline
-	_, err := c.do(ctx, "GET", "/api/v1/runs/"+url.PathEscape(run)+"/timeline", nil, nil, &out)
-	return out, err
 }

@@ -41,7 +41,7 @@ func (s *server) updateSource(w http.ResponseWriter, r *http.Request) error {
 			return errorf(codeInvalid, "a source's %s cannot change; remove it and add it again", k)
 		}
 	}
-	req := SourceRequest{Source: *current, ForkPullRequests: st.ForkPullRequests, ForkLabels: st.ForkLabels}
+	req := SourceRequest{Source: *current, ForkPullRequests: st.ForkPullRequests, ForkLabels: st.ForkLabels, PublicBadges: st.PublicBadges}
 	doc, err := toDocument(req)
 	if err != nil {
 		return err

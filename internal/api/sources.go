@@ -27,7 +27,7 @@ func sourceDTO(st store.Source) (Source, error) {
 		policy = kiln.ForkApprove
 	}
 	return Source{Source: fs.Redacted(), ID: st.ID, CreatedAt: st.CreatedAt.UTC(), UpdatedAt: st.UpdatedAt.UTC(),
-		ForkPullRequests: policy, ForkLabels: orEmptyLabels(st.ForkLabels)}, nil
+		ForkPullRequests: policy, ForkLabels: orEmptyLabels(st.ForkLabels), PublicBadges: st.PublicBadges}, nil
 }
 
 func (s *server) listSources(w http.ResponseWriter, r *http.Request) error {
@@ -98,6 +98,7 @@ func sourceRecord(req *SourceRequest) (store.Source, error) {
 		return store.Source{}, err
 	}
 	st.ForkPullRequests, st.ForkLabels = req.ForkPullRequests, kiln.NewLabels(req.ForkLabels...)
+	st.PublicBadges = req.PublicBadges
 	return st, nil
 }
 

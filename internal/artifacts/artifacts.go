@@ -39,6 +39,11 @@ type Config struct {
 	// whole-request timeouts do not apply: a large artifact takes long.
 	Idle   time.Duration
 	Logger *slog.Logger
+	// Tracker records uploads in flight, for the upload settle (a job's
+	// success waits for them); nil: not tracked.
+	Tracker interface {
+		Begin(ctx context.Context, jobID, kind, name string) (end func(), err error)
+	}
 }
 
 // Service stores and serves artifacts.
@@ -119,6 +124,13 @@ func (s *Service) Store(ctx context.Context, runID, jobID, name string, body io.
 	if owner != "" && owner != jobID {
 		return store.Artifact{}, kiln.Errorf(kiln.CodeConflict, "another job of this run already uploaded an artifact named %q; "+
 			"names are unique in a run (a matrix job's include its matrix values)", name)
+	}
+	if s.cfg.Tracker != nil {
+		end, err := s.cfg.Tracker.Begin(ctx, jobID, "artifact", name)
+		if err != nil {
+			return store.Artifact{}, err
+		}
+		defer end()
 	}
 	k := key(runID, jobID, name)
 	lim := &limited{r: body, left: s.cfg.MaxBytes}

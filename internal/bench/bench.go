@@ -64,14 +64,24 @@ type Config struct {
 	LogAgents int
 	// IdleAgents is how many idle agents connect (idle).
 	IdleAgents int
-	// Spawns is how many jobs run each on an agent a scaler starts (scaler).
+	// Spawns is how many jobs run each on an agent a scaler starts (scaler;
+	// at most 5 of them on micro-VMs).
 	Spawns int
+	// MicroVMKernel is a directory holding Debian's cloud kernel package
+	// unpacked (boot/vmlinuz-*, lib/modules/*); empty skips the microvm
+	// half of the scaler scenario.
+	MicroVMKernel string
 	// Timeout bounds each scenario.
 	Timeout time.Duration
 	// Env is added to the server's environment.
 	Env []string
 	// Progress receives a line per step of the bench; nil discards.
 	Progress io.Writer
+	// CPUProfile and MemProfile, when set, are path prefixes: every server
+	// the bench starts writes its CPU (heap) profile to
+	// PREFIX.<scenario>.<n> when it stops, for `go tool pprof`.
+	CPUProfile string
+	MemProfile string
 }
 
 // DefaultConfig is what `kiln bench` runs without flags: every target of
@@ -161,9 +171,11 @@ func (t Target) String() string {
 
 // bench is one run of Run.
 type bench struct {
-	cfg     Config
-	dialect string
-	report  *Report
+	cfg      Config
+	dialect  string
+	report   *Report
+	scenario string // the one running, naming profile files
+	servers  int    // servers started in it
 }
 
 // Run runs the configured scenarios and returns what they measured. A
@@ -193,6 +205,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			continue
 		}
 		b.progress("== %s (%s)", s.name, b.dialect)
+		b.scenario, b.servers = s.name, 0
 		sctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		err := s.run(sctx)
 		if err != nil && ctx.Err() == nil && sctx.Err() != nil {

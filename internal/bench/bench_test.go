@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,5 +143,41 @@ func TestBenchReportsAServerThatCannotStart(t *testing.T) {
 	_, err := bench.Run(t.Context(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "webhook: start /nonexistent/kiln") {
 		t.Fatalf("got %v, want the start failure named", err)
+	}
+}
+
+// TestBenchProfilesAndRunsTheRawLoop: --cpuprofile and --memprofile make
+// every server write its profiles, and on PostgreSQL the dispatch scenario
+// also drains the raw SKIP LOCKED loop and reports kiln as a ratio of it.
+// Proves B250 (docs/behaviours.md).
+func TestBenchProfilesAndRunsTheRawLoop(t *testing.T) {
+	for _, backend := range storetest.Backends {
+		t.Run(backend.Name, func(t *testing.T) {
+			cfg := tiny(t)
+			cfg.Scenarios = []string{bench.ScenarioDispatch}
+			cfg.Agents = []int{2}
+			dir := t.TempDir()
+			cfg.CPUProfile, cfg.MemProfile = filepath.Join(dir, "cpu"), filepath.Join(dir, "mem")
+			if backend.Name == "postgres" {
+				cfg.Database = storetest.PostgresURL(t)
+			}
+			report, err := bench.Run(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []string{"cpu.dispatch.1", "cpu.dispatch.2", "mem.dispatch.1", "mem.dispatch.2"} {
+				if st, err := os.Stat(filepath.Join(dir, p)); err != nil || st.Size() == 0 {
+					t.Errorf("profile %s: %v (want a non-empty file)", p, err)
+				}
+			}
+			var raw, ratio bool
+			for _, r := range report.Results {
+				raw = raw || (strings.HasPrefix(r.Name, "raw SKIP LOCKED loop") && r.Value > 0)
+				ratio = ratio || (strings.Contains(r.Name, "/ raw SKIP LOCKED loop") && r.Value > 0 && r.Unit == "ratio")
+			}
+			if want := backend.Name == "postgres"; raw != want || ratio != want {
+				t.Errorf("raw loop measured %v, ratio %v; want both %v", raw, ratio, want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln/internal/proto"
+	"github.com/kilnci/kiln/internal/store"
 )
 
 // claimMetric is the server's histogram of claim times.
@@ -26,6 +27,10 @@ type dispatchResult struct {
 // dispatch measures no-op jobs through each agent count, first with an
 // empty queue, then with as many jobs no agent can take already queued.
 func (b *bench) dispatch(ctx context.Context) error {
+	raw, err := b.rawLoop(ctx)
+	if err != nil {
+		return err
+	}
 	for _, n := range b.cfg.Agents {
 		plain, err := b.dispatchOnce(ctx, n, false)
 		if err != nil {
@@ -40,6 +45,13 @@ func (b *bench) dispatch(ctx context.Context) error {
 			target = b.pick(Target{Value: 3000, AtLeast: true}, Target{Value: 2000, AtLeast: true})
 		}
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents: no-op jobs", n), plain.jobsPerSec, "jobs/s", target)
+		if raw > 0 {
+			var rawTarget *Target
+			if n == 100 {
+				rawTarget = atLeast(1)
+			}
+			b.add(ScenarioDispatch, fmt.Sprintf("%d agents: no-op jobs / raw SKIP LOCKED loop", n), plain.jobsPerSec/raw, "ratio", rawTarget)
+		}
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents: server CPU per job", n), float64(plain.cpuPerJob.Microseconds()), "µs", nil)
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents, half the queue unmatchable: no-op jobs", n), withBacklog.jobsPerSec, "jobs/s", nil)
 		// "No slowdown": within a tenth of the plain number.
@@ -55,6 +67,37 @@ func (b *bench) dispatch(ctx context.Context) error {
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents: agent free → next job, p99", n), ms(plain.nextP99), "ms", nil)
 	}
 	return nil
+}
+
+// rawWorkers is the raw loop's concurrency: 16 workers, one job per claim.
+const rawWorkers = 16
+
+// rawLoop measures, on PostgreSQL, the baseline kiln's dispatch is judged
+// against: the same number of jobs through a bare table claimed with FOR
+// UPDATE SKIP LOCKED (store.RunRawQueue) on a scratch database of the same
+// server. It returns jobs/s, or 0 on SQLite.
+func (b *bench) rawLoop(ctx context.Context) (float64, error) {
+	if b.dialect != "postgres" {
+		return 0, nil
+	}
+	total := (b.cfg.Jobs + jobsPerRun - 1) / jobsPerRun * jobsPerRun
+	u, drop, err := store.ScratchPostgres(ctx, b.cfg.Database, "kiln_bench_raw")
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_ = drop(dctx)
+		cancel()
+	}()
+	b.progress("   raw SKIP LOCKED loop: %d jobs, %d workers, one job per claim", total, rawWorkers)
+	res, err := store.RunRawQueue(ctx, u, total, rawWorkers)
+	if err != nil {
+		return 0, err
+	}
+	v := perSec(res.Jobs, res.Elapsed)
+	b.add(ScenarioDispatch, fmt.Sprintf("raw SKIP LOCKED loop (%d workers, 1 job per claim)", rawWorkers), v, "jobs/s", nil)
+	return v, nil
 }
 
 // dispatchOnce starts a server, connects n agents, optionally queues a

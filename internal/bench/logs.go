@@ -19,6 +19,11 @@ import (
 // rather than growing memory.
 const logWindow = 64
 
+// logStepLines is how many lines a log job writes into one step before it
+// starts the next: 9 MB at logLineBytes, under the 10 MiB a step's log
+// keeps (logstore.DefaultMaxStepBytes; more is truncated).
+const logStepLines = 90_000
+
 // logs measures log lines from agents through the server's store to live
 // viewers, one following each job (GET /runs/{run}/logs?job=…&follow):
 // one agent alone, then cfg.LogAgents at once.
@@ -228,11 +233,15 @@ func (r *logRun) job(a *agent, d *proto.Dispatch, _ time.Time) {
 		if interval > 0 {
 			time.Sleep(time.Until(start.Add(time.Duration(frame) * interval)))
 		}
+		if seq >= logStepLines { // the step is full: the next one starts
+			m.Step++
+			seq = 0
+		}
 		m.Lines = m.Lines[:0]
 		now := time.Now()
 		round.firstSent.CompareAndSwap(0, now.UnixNano())
 		text := fmt.Sprintf("t=%019d %s", now.UnixNano(), pad)
-		for i := 0; i < logFrameLines && sent < r.lines; i++ {
+		for i := 0; i < logFrameLines && sent < r.lines && seq < logStepLines; i++ {
 			seq++
 			sent++
 			m.Lines = append(m.Lines, proto.LogLine{Seq: seq, Stream: proto.StreamStdout, Text: text, TimeMS: now.UnixMilli()})

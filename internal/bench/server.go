@@ -91,6 +91,13 @@ func (b *bench) startServer(ctx context.Context, o serverOptions) (s *serverProc
 	for _, kv := range append(append([]string(nil), benchSets...), o.sets...) {
 		args = append(args, "--set", kv)
 	}
+	b.servers++
+	if b.cfg.CPUProfile != "" {
+		args = append(args, "--cpuprofile", fmt.Sprintf("%s.%s.%d", b.cfg.CPUProfile, b.scenario, b.servers))
+	}
+	if b.cfg.MemProfile != "" {
+		args = append(args, "--memprofile", fmt.Sprintf("%s.%s.%d", b.cfg.MemProfile, b.scenario, b.servers))
+	}
 	admin := "kadm_bench" + randomHex(16)
 	logFile, err := os.Create(s.logPath)
 	if err != nil {

@@ -100,7 +100,7 @@ The name must not be that of another token in use; --role is required.`,
 			if tk.ExpiresAt != nil {
 				fmt.Fprintf(e.stderr, ", expires %s", tk.ExpiresAt.Local().Format(time.RFC3339))
 			}
-			fmt.Fprintln(e.stderr, "\nthe secret below is shown only once:")
+			fmt.Fprintln(e.stderr, "\n"+secretNote(e, "the secret"))
 			fmt.Fprintln(e.stdout, created.Secret)
 			return nil
 		},
@@ -175,7 +175,7 @@ server's admin_token setting is rotated by changing the setting.`,
 			} else {
 				fmt.Fprintf(e.stderr, "rotated %s token %q: the old secret (%s…) is revoked\n", rot.Token.Role, rot.Token.Name, old.Prefix)
 			}
-			fmt.Fprintf(e.stderr, "new token %s; its secret below is shown only once:\n", rot.Token.ID)
+			fmt.Fprintf(e.stderr, "new token %s; %s\n", rot.Token.ID, secretNote(e, "its secret"))
 			fmt.Fprintln(e.stdout, rot.Secret)
 			return nil
 		},

@@ -22,6 +22,7 @@ import (
 // KILN_AGENT_* environment variable, and a flag wins over its variable.
 type agentFlags struct {
 	server, token, tokenFile, id, labels, stateDir string
+	claim                                          string
 	logFormat                                      string
 	maxJobs                                        int
 	isolation, stepUser, workDir                   string
@@ -32,7 +33,7 @@ var agentEnvNames = map[string]string{
 	"server": "KILN_AGENT_SERVER", "token": "KILN_AGENT_TOKEN", "token-file": "KILN_AGENT_TOKEN_FILE", "id": "KILN_AGENT_ID",
 	"labels": "KILN_AGENT_LABELS", "max-jobs": "KILN_AGENT_MAX_JOBS", "state-dir": "KILN_AGENT_STATE_DIR",
 	"log-format": "KILN_AGENT_LOG_FORMAT", "isolation": "KILN_AGENT_ISOLATION", "hide": "KILN_AGENT_HIDE",
-	"step-user": "KILN_AGENT_STEP_USER", "work-dir": "KILN_AGENT_WORK_DIR",
+	"step-user": "KILN_AGENT_STEP_USER", "work-dir": "KILN_AGENT_WORK_DIR", "claim": "KILN_AGENT_CLAIM",
 }
 
 func newAgentCmd(e *env) *cobra.Command {
@@ -59,17 +60,27 @@ docs/security.md.
 Give the token in a private file (--token-file, mode 0600) or the environment:
 a --token on the command line is visible to every user of the host.
 
+An agent an event scaler asked for is started with --claim CODE (the
+claim_code of the scale-up webhook) instead of a token: it exchanges the
+code, once, for its id, labels and a single-use token, and takes one job.
+See docs/scalers.md.
+
 Every flag can also be set with its environment variable; the flag wins:
   --server KILN_AGENT_SERVER     --token-file KILN_AGENT_TOKEN_FILE  --token KILN_AGENT_TOKEN
   --id KILN_AGENT_ID             --labels KILN_AGENT_LABELS          --max-jobs KILN_AGENT_MAX_JOBS
   --state-dir KILN_AGENT_STATE_DIR  --work-dir KILN_AGENT_WORK_DIR   --log-format KILN_AGENT_LOG_FORMAT
   --isolation KILN_AGENT_ISOLATION  --hide KILN_AGENT_HIDE (paths separated by ':')
-  --step-user KILN_AGENT_STEP_USER`,
+  --step-user KILN_AGENT_STEP_USER  --claim KILN_AGENT_CLAIM`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := agentConfig(cmd, e, f)
 			if err != nil {
 				return err
+			}
+			if code := claimCode(cmd, e, f); code != "" {
+				if err := redeemClaim(cmd.Context(), &cfg, code); err != nil {
+					return err
+				}
 			}
 			return runAgent(cmd.Context(), cfg)
 		},
@@ -87,6 +98,7 @@ Every flag can also be set with its environment variable; the flag wins:
 	fl.StringArrayVar(&f.hide, "hide", nil, "a path steps must not see, such as the server's data directory (repeatable)")
 	fl.StringVar(&f.stepUser, "step-user", "", "run steps as this user (a name or uid[:gid]) instead of the agent's; needs a root agent")
 	fl.StringVar(&f.logFormat, "log-format", "text", "the agent's log on stderr: text or json")
+	fl.StringVar(&f.claim, "claim", "", "an event scaler's claim code (kcl_…): redeemed for the agent's id, labels and token")
 	return cmd
 }
 
@@ -137,8 +149,12 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 	if _, err := agent.ServerURL(cfg.Server); err != nil {
 		return cfg, usageErrorf("%v", err)
 	}
-	if cfg.Token == "" && cfg.TokenFile == "" {
-		return cfg, usageErrorf("the agent token is missing (--token-file, KILN_AGENT_TOKEN or --token)")
+	claim := claimCode(cmd, e, f)
+	switch {
+	case claim != "" && (cfg.Token != "" || cfg.TokenFile != "" || cfg.ID != "" || len(cfg.Labels) > 0):
+		return cfg, usageErrorf("--claim gives the agent its token, id and labels: drop --token, --token-file, --id and --labels")
+	case claim == "" && cfg.Token == "" && cfg.TokenFile == "":
+		return cfg, usageErrorf("the agent token is missing (--token-file, KILN_AGENT_TOKEN or --token), or an event scaler's claim code (--claim)")
 	}
 	if cmd.Flags().Changed("token") {
 		cfg.Logger.Warn("the agent token is on the command line, where every user of this host can read it (ps); use --token-file or KILN_AGENT_TOKEN")
@@ -150,7 +166,7 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 		// The state directory also holds the work root, so an agent with
 		// an --id has one too when the environment names a place for it.
 		dir, err := agent.DefaultStateDir(e.getenv)
-		if err != nil && cfg.ID == "" {
+		if err != nil && cfg.ID == "" && claim == "" {
 			return cfg, usageErrorf("%v", err)
 		}
 		cfg.StateDir = dir
@@ -159,6 +175,14 @@ func agentConfig(cmd *cobra.Command, e *env, f agentFlags) (agent.Config, error)
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// claimCode is --claim, else KILN_AGENT_CLAIM.
+func claimCode(cmd *cobra.Command, e *env, f agentFlags) string {
+	if cmd.Flags().Changed("claim") {
+		return strings.TrimSpace(f.claim)
+	}
+	return strings.TrimSpace(e.getenv(agentEnvNames["claim"]))
 }
 
 // agentIsolation reads the flags that keep steps away from the agent.

@@ -38,7 +38,10 @@ func newAgentsCmd(e *env) *cobra.Command {
 			fmt.Fprintln(tw, "AGENT\tSTATE\tLABELS\tMANDATORY\tJOBS\tHOST\tVERSION\tSEEN\tSERVER")
 			for _, a := range agents {
 				jobs := "-"
-				if a.Connected {
+				// max_jobs 0: a server that does not know it (an
+				// agent registered before this version): say nothing
+				// rather than a false 0/0.
+				if a.Connected && a.MaxJobs > 0 {
 					jobs = fmt.Sprintf("%d/%d", a.ActiveJobs, a.MaxJobs)
 				}
 				seen := a.LastHeartbeat

@@ -78,9 +78,12 @@ Progress goes to stderr, the table (or --json) to stdout. See docs/bench.md.`,
 	fl.IntVar(&cfg.LogLines, "log-lines", cfg.LogLines, "lines each log agent sends (logs)")
 	fl.IntVar(&cfg.LogAgents, "log-agents", cfg.LogAgents, "agents sending at once for the aggregate (logs)")
 	fl.IntVar(&cfg.IdleAgents, "idle-agents", cfg.IdleAgents, fmt.Sprintf("idle agents connected (idle, ≤ %d)", bench.MaxAgents))
-	fl.IntVar(&cfg.Spawns, "spawns", cfg.Spawns, "jobs each run on an agent a scaler starts (scaler)")
+	fl.IntVar(&cfg.Spawns, "spawns", cfg.Spawns, "jobs each run on an agent a scaler starts (scaler; at most 5 on micro-VMs)")
+	fl.StringVar(&cfg.MicroVMKernel, "microvm-kernel", "", "Debian's cloud kernel package unpacked (dpkg-deb -x) here: also time micro-VM spawns (scaler)")
 	fl.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "limit per scenario")
 	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fl.StringVar(&cfg.CPUProfile, "cpuprofile", "", "each server writes its CPU profile to PREFIX.<scenario>.<n> (go tool pprof)")
+	fl.StringVar(&cfg.MemProfile, "memprofile", "", "each server writes its heap profile to PREFIX.<scenario>.<n> when it stops")
 	fl.StringVar(&cfg.Binary, "server-binary", "", "kiln executable to start as the server (default: this one)")
 	_ = fl.MarkHidden("server-binary")
 	return cmd

@@ -48,12 +48,20 @@ the runs it started. With an ID it shows that event with its body.`,
 			}
 			tw := newTable(e.stdout)
 			fmt.Fprintln(tw, "ID\tSOURCE\tKIND\tEVENT\tSTATUS\tRUNS\tRECEIVED\tMESSAGE")
+			cut := int64(0)
 			for _, d := range list.Events {
+				msg := clip(d.Message, 60)
+				if msg != d.Message && cut == 0 {
+					cut = d.ID
+				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, or(d.Source), or(d.Kind), or(d.Event), d.Status,
-					len(d.RunIDs), ago(&d.ReceivedAt), clip(firstLine(d.Message), 60))
+					len(d.RunIDs), ago(&d.ReceivedAt), msg)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if cut > 0 {
+				fmt.Fprintf(e.stderr, "messages cut short (…): kiln events ID shows one whole, e.g. kiln events %d\n", cut)
 			}
 			if list.NextBefore > 0 {
 				fmt.Fprintf(e.stderr, "more: kiln events --before %d\n", list.NextBefore)
@@ -90,14 +98,24 @@ func printEvent(e *env, d api.Delivery) error {
 	return nil
 }
 
+// clip shortens a message to its first line and at most n characters,
+// cut at a word's end where there is one, marked with an ellipsis.
+func clip(s string, n int) string {
+	line, _, more := strings.Cut(s, "\n")
+	r := []rune(line)
+	if len(r) <= n && !more {
+		return line
+	}
+	if len(r) > n-1 {
+		r = r[:n-1]
+		if i := strings.LastIndexByte(string(r), ' '); i > n/2 {
+			r = []rune(strings.TrimRight(string(r)[:i], " ,;:"))
+		}
+	}
+	return string(r) + "…"
+}
+
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }

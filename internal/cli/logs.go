@@ -125,6 +125,11 @@ func printProvisioning(cmd *cobra.Command, c *api.Client, out *bufio.Writer, run
 		if job != "" && ev.Job != job && ev.JobID != job {
 			continue
 		}
+		// Only the scaler's side: the rest of the timeline (delivery,
+		// trigger, releases, dispatches) is kiln runs show's.
+		if !strings.HasPrefix(ev.Type, "scaler.") && !strings.HasPrefix(ev.Type, "agent.") {
+			continue
+		}
 		for _, l := range strings.Split(ev.Detail, "\n") {
 			fmt.Fprintf(out, "%s/provisioning | %s %s\n", terminalSafe(or(ev.Job), false), ev.Type, terminalSafe(l, false))
 		}

@@ -15,7 +15,7 @@ func newQueueCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "queue",
 		Short:   "Show the jobs waiting for an agent and why",
-		Long:    "queue lists every queued job with the labels it needs, why it waits and since when.",
+		Long:    "queue lists every queued job, and every job of a run held for an admin's approval (a fork's\npull request: kiln runs approve N), with the labels it needs, why it waits and since when.",
 		Example: "  kiln queue\n  kiln queue --json | jq '.waiting[] | .reason'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -98,6 +98,7 @@ func newRoot(e *env) *cobra.Command {
 	root.AddCommand(newDispatchCmd(e))
 	root.AddCommand(newQueueCmd(e))
 	root.AddCommand(newScalersCmd(e))
+	root.AddCommand(newAgentImageCmd(e))
 	root.AddCommand(newEventsCmd(e))
 	root.AddCommand(newTriggerCmd(e))
 	root.AddCommand(newBenchCmd(e))

@@ -124,6 +124,9 @@ func printRun(w io.Writer, r api.Run) {
 	if r.FailureReason != "" {
 		fmt.Fprintf(w, "failed: %s\n", r.FailureReason)
 	}
+	if r.ReportNote != "" {
+		fmt.Fprintf(w, "forge report: %s\n", safeField(r.ReportNote))
+	}
 	fmt.Fprintln(w)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "JOB / STEP\tSTATUS\tAGENT / EXIT\tTOOK\tDETAIL")

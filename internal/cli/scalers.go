@@ -40,6 +40,7 @@ the last failure and, while it backs off, when it spawns again.`,
 	}
 	addClientFlags(cmd, &cf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(newInitramfsCmd(e))
 	return cmd
 }
 
@@ -78,8 +79,9 @@ func reasonText(reason string, since *time.Time) string {
 	return reason
 }
 
-// printTimeline prints a run's timeline; a failure's detail (with the
-// agent's last output lines) in full, indented.
+// printTimeline prints a run's timeline; a scaler failure's detail (with
+// the agent's last output lines) and the trigger decision's checks in
+// full, indented.
 func printTimeline(w io.Writer, tl api.Timeline) {
 	if len(tl.Events) == 0 {
 		return
@@ -88,7 +90,7 @@ func printTimeline(w io.Writer, tl api.Timeline) {
 	for _, ev := range tl.Events {
 		lines := strings.Split(ev.Detail, "\n")
 		fmt.Fprintf(w, "  %s  %-20s %-10s %s\n", ev.At.Local().Format("15:04:05.000"), ev.Type, or(ev.Job), safeField(lines[0]))
-		if ev.Type == "scaler.failed" {
+		if ev.Type == "scaler.failed" || ev.Type == api.EventTrigger {
 			for _, l := range lines[1:] {
 				fmt.Fprintf(w, "      %s\n", safeField(l))
 			}

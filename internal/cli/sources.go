@@ -45,6 +45,8 @@ type sourceFlags struct {
 	cloneSSHKeyFile, cloneKnownHosts, cloneSSHURL string
 	forkPolicy                                    string
 	forkLabels                                    []string
+	publicBadges                                  bool
+	checks                                        bool
 }
 
 // kindFlags says which kinds each setting belongs to.
@@ -63,6 +65,7 @@ var kindFlags = map[string][]kiln.SourceKind{
 	"clone-ssh-key-file": {kiln.SourceGitHub, kiln.SourceGitea}, "clone-known-hosts-file": {kiln.SourceGitHub, kiln.SourceGitea},
 	"clone-ssh-url":      {kiln.SourceGitHub, kiln.SourceGitea},
 	"fork-pull-requests": {kiln.SourceGitHub, kiln.SourceGitea}, "fork-labels": {kiln.SourceGitHub, kiln.SourceGitea},
+	"checks": {kiln.SourceGitHub},
 }
 
 func newSourcesAddCmd(e *env, cf *clientFlags) *cobra.Command {
@@ -100,7 +103,16 @@ Pull requests from forks (github, gitea) follow --fork-pull-requests: approve (t
 default) runs those of the repository's owners, members and collaborators at once and
 holds the others' until "kiln runs approve"; run runs them all; deny ignores them. Their
 jobs never go to agents with mandatory labels, except those named with --fork-labels.
-See docs/security.md.`,
+See docs/security.md.
+
+A GitHub App source with --checks posts a check run per workflow and event instead of a
+commit status: the failing step, with the end of its log, and lint errors show as
+annotations on the workflow file. The App needs the checks: write permission; when GitHub
+refuses a check run kiln posts a commit status instead and says why on the run.
+
+--public-badges lets anyone, logged in or not, fetch the status badge of each of the
+source's workflows (PUBLIC_URL/badge/NAME/WORKFLOW.svg?branch=B): the state of its latest
+run, and nothing else. Without it, badges answer 404. See docs/dashboard.md.`,
 		Example: "  kiln sources add app --kind local --path /srv/git/app.git\n" +
 			"  GH_TOKEN=… GH_HOOK=… kiln sources add gh --kind github --token-env GH_TOKEN --secret-env GH_HOOK\n" +
 			"  kiln sources add forgejo --kind gitea --api-base https://git.example.com --token-file tok --secret-file hook",
@@ -115,7 +127,7 @@ See docs/security.md.`,
 				return err
 			}
 			added, err := c.CreateSource(cmd.Context(), api.SourceRequest{Source: src,
-				ForkPullRequests: kiln.ForkPolicy(f.forkPolicy), ForkLabels: f.forkLabels})
+				ForkPullRequests: kiln.ForkPolicy(f.forkPolicy), ForkLabels: f.forkLabels, PublicBadges: f.publicBadges})
 			if err != nil {
 				return apiError(err)
 			}
@@ -155,6 +167,8 @@ func addSourceSettingFlags(cmd *cobra.Command, f *sourceFlags) {
 	fs.StringVar(&f.clonePassEnv, "clone-password-env", "", "generic: an environment variable holding the https fetch password")
 	fs.StringVar(&f.clonePassFile, "clone-password-file", "", "generic: a file holding the https fetch password")
 	fs.StringVar(&f.path, "path", "", "local: the git repository's path on the server's host")
+	fs.BoolVar(&f.checks, "checks", false, "github (App sources): post check runs with annotations instead of commit statuses (--checks=false: statuses)")
+	fs.BoolVar(&f.publicBadges, "public-badges", false, "anyone may fetch the source's status badges, /badge/NAME/WORKFLOW.svg (--public-badges=false: only 404s)")
 	f.addCloneAndForkFlags(cmd)
 }
 
@@ -184,7 +198,7 @@ func (f *sourceFlags) source(cmd *cobra.Command, e *env, name string) (forge.Sou
 		if err != nil {
 			return src, err
 		}
-		gh := &forge.GitHubConfig{APIBase: f.apiBase, WebBase: f.webBase, Token: token, WebhookSecret: secret, Clone: clone}
+		gh := &forge.GitHubConfig{APIBase: f.apiBase, WebBase: f.webBase, Token: token, WebhookSecret: secret, Clone: clone, Checks: f.checks}
 		if f.appID != "" || f.installationID != 0 || f.privateKeyFile != "" {
 			key, err := readSecret(e, "", f.privateKeyFile, "private-key")
 			if err != nil {
@@ -285,9 +299,13 @@ func newSourcesListCmd(e *env, cf *clientFlags) *cobra.Command {
 				return printJSON(e.stdout, srcs)
 			}
 			tw := newTable(e.stdout)
-			fmt.Fprintln(tw, "NAME\tKIND\tWHERE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tKIND\tWHERE\tBADGES\tCREATED")
 			for _, s := range srcs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Kind, or(where(s)), ago(&s.CreatedAt))
+				badges := "private"
+				if s.PublicBadges {
+					badges = "public"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, or(where(s)), badges, ago(&s.CreatedAt))
 			}
 			return tw.Flush()
 		},

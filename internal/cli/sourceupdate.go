@@ -69,8 +69,10 @@ kept. --remove-clone-credential drops a token source's clone credential (agents 
 anonymously). kiln warns, as add does, when the source's credentials put agents at risk.`,
 		Example: "  kiln sources update gh --fork-pull-requests deny\n" +
 			"  kiln sources update gh --fork-labels gpu --fork-pull-requests approve\n" +
+			"  kiln sources update gh --public-badges\n" +
 			"  CLONE_TOKEN=… kiln sources update gh --clone-token-env CLONE_TOKEN\n" +
-			"  kiln sources update forgejo --clone-ssh-key-file deploy_key --clone-known-hosts-file known_hosts",
+			"  kiln sources update forgejo --clone-ssh-key-file deploy_key --clone-known-hosts-file known_hosts\n" +
+			"  kiln sources update gh-app --checks",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !settingsGiven(cmd) {
@@ -225,11 +227,17 @@ func (f *sourceFlags) patch(cmd *cobra.Command, e *env, name string, noClone boo
 	case len(clone) > 0:
 		out["clone"] = clone
 	}
+	if changed("checks") {
+		out["checks"] = f.checks
+	}
 	if len(out) > 0 {
 		patch[kind] = out
 	}
 	if changed("fork-pull-requests") {
 		patch["fork_pull_requests"] = f.forkPolicy
+	}
+	if changed("public-badges") {
+		patch["public_badges"] = f.publicBadges
 	}
 	if changed("fork-labels") {
 		labels := []string{}

@@ -106,3 +106,13 @@ func isTerminal(w io.Writer) bool {
 func wantColour(terminal bool, getenv func(string) string) bool {
 	return terminal && getenv("NO_COLOR") == ""
 }
+
+// secretNote tells where a new token's secret goes: below on a terminal,
+// else into whatever stdout was redirected to (a file the user named), so
+// "below" never points at nothing.
+func secretNote(e *env, what string) string {
+	if isTerminal(e.stdout) {
+		return what + " below is shown only once:"
+	}
+	return what + " is written to stdout, and shown only once: keep it"
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -78,5 +79,13 @@ func TestColourRespectsNOCOLOR(t *testing.T) {
 	var buf strings.Builder
 	if isTerminal(&buf) {
 		t.Fatal("a buffer is not a terminal")
+	}
+}
+
+// A token's secret redirected to a file is not announced as "below".
+func TestSecretNoteSaysWhereTheSecretWent(t *testing.T) {
+	var buf bytes.Buffer
+	if got := secretNote(&env{stdout: &buf}, "the secret"); got != "the secret is written to stdout, and shown only once: keep it" {
+		t.Errorf("redirected: %q", got)
 	}
 }

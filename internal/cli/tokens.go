@@ -77,7 +77,7 @@ for all of them. A mandatory label must be among the token's labels when it is s
 			if tk.AgentID != "" {
 				fmt.Fprintf(e.stderr, ", for agent id %s only", tk.AgentID)
 			}
-			fmt.Fprintln(e.stderr, "\nthe secret below is shown only once:")
+			fmt.Fprintln(e.stderr, "\n"+secretNote(e, "the secret"))
 			fmt.Fprintln(e.stdout, created.Secret)
 			return nil
 		},

@@ -143,7 +143,8 @@ func countLines(path string) int {
 // when the window ends the on_agent_lost: retry job is requeued and runs
 // to success on the other agent (its two attempts never overlap), while
 // the on_agent_lost: fail job fails agent_lost and the job waiting on it
-// is released (skipped), so the run finishes.
+// is released (skipped), so the run finishes. The killed agent's job
+// directories are removed when it starts again (B270).
 //
 // B48 (the socket-close path): what waits on the lost
 // agent's failed job is released.
@@ -176,7 +177,8 @@ jobs:
       - run: echo never
 `})
 	secret, _ := agentToken(t, s.Client, api.CreateTokenRequest{})
-	doomed := startAgent(t, s.URL, secret, agentOpts{id: "doomed", labels: "doomed", maxJobs: 2})
+	doomedState := scratchDir(t)
+	doomed := startAgent(t, s.URL, secret, agentOpts{id: "doomed", labels: "doomed", maxJobs: 2, stateDir: doomedState})
 	run := triggerOne(t, s.Client, "app")
 	waittest.UntilState(t, time.Minute, "both jobs to tick", func() (bool, string) {
 		return countLines(marksRetry) >= 3 && countLines(marksFail) >= 3, fmt.Sprint(readPids(t, pids))
@@ -201,6 +203,21 @@ jobs:
 	for _, name := range []string{"retried", "failed"} {
 		waitJob(t, s.Client, run.ID, name, 5*time.Second, "recovering at once", jobIs(kiln.JobRecovering))
 	}
+	// B270: the killed agent's two job directories are left; the agent
+	// started again on its state directory removes them (under another id
+	// and label, so it neither takes a job nor waits for the old id).
+	jobDirs := func() []string {
+		dirs, _ := filepath.Glob(filepath.Join(doomedState, "work", "job-*"))
+		return dirs
+	}
+	if left := jobDirs(); len(left) != 4 { // two directories, two lock files
+		t.Fatalf("the killed agent left %v, want two job directories and their lock files", left)
+	}
+	startAgent(t, s.URL, secret, agentOpts{id: "doomed-again", labels: "elsewhere", stateDir: doomedState})
+	waittest.UntilState(t, 20*time.Second, "the restarted agent to remove the job directories", func() (bool, string) {
+		left := jobDirs()
+		return len(left) == 0, fmt.Sprint(left)
+	})
 	// Another agent that could take both jobs connects at once; inside the
 	// recovery window neither job goes to it.
 	startAgent(t, s.URL, secret, agentOpts{id: "survivor", labels: "doomed", maxJobs: 2})

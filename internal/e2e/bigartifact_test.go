@@ -33,8 +33,9 @@ func peakRSS(t testing.TB, pid int) int64 {
 }
 
 // B209: a 1 GiB artifact goes up from one job and down into the next
-// with the server's and the agent's peak RSS each under 128 MiB: both
-// stream it (KILN_TEST_ARTIFACT_MIB sets another size).
+// with the server's and the agent's peak RSS each under 128 MiB (256 MiB
+// when built with the race detector): both stream it
+// (KILN_TEST_ARTIFACT_MIB sets another size).
 func TestALargeArtifactMovesWithBoundedMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves hundreds of MiB")
@@ -74,7 +75,15 @@ jobs:
 	}
 	serverRSS, agentRSS := peakRSS(t, srv.cmd.Process.Pid), peakRSS(t, agent.cmd.Process.Pid)
 	t.Logf("%d MiB artifact up and down in %s; peak RSS: server %d MiB, agent %d MiB", mib, took.Round(time.Millisecond), serverRSS>>20, agentRSS>>20)
-	if serverRSS >= 128<<20 || agentRSS >= 128<<20 {
-		t.Fatalf("peak RSS: server %d MiB, agent %d MiB; want each under 128 MiB", serverRSS>>20, agentRSS>>20)
+	// The bound is for kiln as shipped. Built with -race, as the suite's
+	// race phase builds it, each process also carries the detector's
+	// shadow memory and runtime (measured 134–136 MiB for the server there,
+	// 41 MiB without): twice the bound, still far below the artifact.
+	bound := int64(128 << 20)
+	if raceEnabled {
+		bound *= 2
+	}
+	if serverRSS >= bound || agentRSS >= bound {
+		t.Fatalf("peak RSS: server %d MiB, agent %d MiB; want each under %d MiB", serverRSS>>20, agentRSS>>20, bound>>20)
 	}
 }

@@ -70,7 +70,7 @@ func newGitHTTP(t testing.TB, root, token string) *gitHTTP {
 // read-only credentials, and a source without a clone credential clones
 // anonymously, which a private repository refuses with a message naming
 // the flag that fixes it.
-// Proves B58, B97, B100 (docs/behaviours.md).
+// Proves B58, B97, B100, B282 (docs/behaviours.md).
 func TestGitHubRunChecksOutThePushedCommitWithTheCloneToken(t *testing.T) {
 	t.Parallel()
 	const cloneToken = "github_pat_e2e-read-only"
@@ -180,7 +180,7 @@ func approveFork(t *testing.T, g *ghServer, sha string) api.Run {
 		t.Fatalf("fork delivery: %s", describeDelivery(d))
 	}
 	waittest.Until(t, time.Minute, "the held run's commit status", func() bool {
-		sts := g.statusesOf(sha, "kiln/ci")
+		sts := g.statusesOf(sha, "kiln/ci (pull_request)")
 		return len(sts) > 0 && sts[len(sts)-1].State == "pending" && sts[len(sts)-1].Description == reason
 	})
 	held, err := g.Client.GetRun(bg, d.Runs[0].ID)
@@ -197,7 +197,7 @@ func approveFork(t *testing.T, g *ghServer, sha string) api.Run {
 		t.Fatalf("%s\ncheckout log: %q", describeRun(run), texts(logLines(t, g.Client, run.ID, "build", intp(-1))))
 	}
 	waittest.Until(t, time.Minute, "the fork run's final commit status", func() bool {
-		sts := g.statusesOf(sha, "kiln/ci")
+		sts := g.statusesOf(sha, "kiln/ci (pull_request)")
 		return len(sts) > 0 && sts[len(sts)-1].State == "success"
 	})
 	return run

@@ -210,11 +210,11 @@ func eventCount(t testing.TB, c *api.Client) int {
 // is a fake GitHub API: the workflows are read at the pushed commit, a
 // real agent process runs the matched ones, and commit statuses go back —
 // pending, then success for the passing workflow and failure for the
-// failing one, with the context kiln/<workflow> and a link to the run. The
+// failing one, with the context "kiln/<workflow> (push)" and a link to the run. The
 // same delivery again is a duplicate; a bad signature is 401 and records
 // nothing; a pull request and a tag push start their triggers' runs, a
 // tag deletion starts none. On SQLite and PostgreSQL.
-// Proves B68 (docs/behaviours.md).
+// Proves B68, B272 and B280 (docs/behaviours.md).
 func TestGitHubWebhookRunsTheMatchedWorkflowOnARealAgent(t *testing.T) {
 	t.Parallel()
 	for _, b := range storetest.Backends {
@@ -249,7 +249,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 	// Both runs are pending on GitHub before they finish.
 	for _, wf := range []string{"ci", "fails"} {
 		waittest.UntilState(t, 30*time.Second, "a pending status for kiln/"+wf, func() (bool, string) {
-			sts := g.statusesOf(ghPushSHA, "kiln/"+wf)
+			sts := g.statusesOf(ghPushSHA, "kiln/"+wf+" (push)")
 			return len(sts) > 0, fmt.Sprint(g.gh.Statuses())
 		})
 	}
@@ -283,7 +283,7 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 		run   api.Run
 		state string
 	}{{ci, "success"}, {fails, "failure"}} {
-		ctx := "kiln/" + want.run.Workflow
+		ctx := "kiln/" + want.run.Workflow + " (push)"
 		waittest.UntilState(t, 30*time.Second, ctx+" to be "+want.state, func() (bool, string) {
 			sts := g.statusesOf(ghPushSHA, ctx)
 			return len(sts) > 0 && sts[len(sts)-1].State == want.state, fmt.Sprint(sts)
@@ -300,6 +300,11 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 		}
 	}
 
+	// B280: the failed run's final status names the job that failed.
+	if sts := g.statusesOf(ghPushSHA, "kiln/fails (push)"); !strings.HasSuffix(sts[len(sts)-1].Description, ": 1 of 1 job failed (broken)") {
+		t.Errorf("the failed run's status says %q, not which job failed", sts[len(sts)-1].Description)
+	}
+
 	// A pull request opened against master runs ci on its head commit.
 	d = waitDelivery(t, c, g.deliver(t, "pull_request", "pr-1", ghPayload(t, "pull_request.opened.payload.json")))
 	if d.Status != kiln.DeliveryProcessed || len(d.Runs) != 1 {
@@ -312,6 +317,12 @@ func testGitHubWebhook(t *testing.T, g *ghServer) {
 	if say := texts(logLines(t, c, pr.ID, "hello", intp(1))); len(say) != 1 || !strings.Contains(say[0], "pr=2") {
 		t.Fatalf("the pull request's step saw %q", say)
 	}
+	// B272: its status has its own context, so a push run on the same
+	// commit could not overwrite it.
+	waittest.UntilState(t, 30*time.Second, "the pull request run's status", func() (bool, string) {
+		sts := g.statusesOf(ghPRHead, "kiln/ci (pull_request)")
+		return len(sts) > 0 && sts[len(sts)-1].State == "success", fmt.Sprint(g.gh.Statuses())
+	})
 
 	// GitHub's example tag push is a deletion: it starts nothing.
 	tagDeletion := ghPayload(t, "push.payload.json")

@@ -56,7 +56,7 @@ type kilnServer struct {
 
 // startServer runs server.Run with fastConfig adjusted by opts until the
 // test ends.
-func startServer(t *testing.T, opts ...func(*server.Config)) *kilnServer {
+func startServer(t testing.TB, opts ...func(*server.Config)) *kilnServer {
 	t.Helper()
 	cfg := fastConfig(t.TempDir())
 	for _, o := range opts {

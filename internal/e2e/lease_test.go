@@ -16,6 +16,8 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/server"
+	"github.com/kilnci/kiln/internal/store/storetest"
 	"github.com/kilnci/kiln/internal/waittest"
 )
 
@@ -117,7 +119,10 @@ func shellGone(t testing.TB, pids string, d time.Duration) {
 // B126.
 func TestFrozenAgentsStepStopsBeforeItsJobRunsElsewhere(t *testing.T) {
 	t.Parallel()
-	s := startServer(t)
+	onEachDatabase(t, testFrozenAgent)
+}
+
+func testFrozenAgent(t *testing.T, s *kilnServer) {
 	dir := t.TempDir()
 	pids, marks := filepath.Join(dir, "pids"), filepath.Join(dir, "marks")
 	if err := os.Mkdir(pids, 0o755); err != nil {
@@ -156,6 +161,23 @@ func TestFrozenAgentsStepStopsBeforeItsJobRunsElsewhere(t *testing.T) {
 		t.Fatalf("the resumed agent changed the job: %s", describeRun(run))
 	}
 	noOverlap(t, marks, 2)
+}
+
+// onEachDatabase runs test against an in-process server on SQLite and on
+// PostgreSQL (B126 holds on both: the agent's lease does not depend on the
+// database).
+func onEachDatabase(t *testing.T, test func(*testing.T, *kilnServer)) {
+	for _, b := range storetest.Backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			var opts []func(*server.Config)
+			if b.Name != "sqlite" {
+				url := b.URL(t)
+				opts = append(opts, func(c *server.Config) { c.Database = url })
+			}
+			test(t, startServer(t, opts...))
+		})
+	}
 }
 
 // dropProxy forwards TCP connections to a target until it is cut: then it
@@ -250,7 +272,10 @@ func (p *dropProxy) pipe(dst, src net.Conn) {
 // B126.
 func TestCutOffAgentStopsItsJobBeforeItRunsElsewhere(t *testing.T) {
 	t.Parallel()
-	s := startServer(t)
+	onEachDatabase(t, testCutOffAgent)
+}
+
+func testCutOffAgent(t *testing.T, s *kilnServer) {
 	dir := t.TempDir()
 	pids, marks := filepath.Join(dir, "pids"), filepath.Join(dir, "marks")
 	if err := os.Mkdir(pids, 0o755); err != nil {

@@ -301,8 +301,6 @@ func TestUnauthenticatedWebSocketsAreCappedPerAddressAndInAll(t *testing.T) {
 		c.Agents.AuthTimeout = time.Minute
 		c.Agents.MaxUnauthenticated, c.Agents.MaxUnauthPerAddress = 3, 2
 	})
-	// Ready fires as the fleet starts: its start-up recovery may still run.
-	waittest.Until(t, 30*time.Second, "the fleet to accept agents", s.Fleet.Accepting)
 	for i, want := range []struct {
 		from string
 		code int

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kilnci/kiln/internal/store/storetest"
+	"github.com/kilnci/kiln/internal/web/webtest"
 )
 
 // kilnBin is the kiln binary TestMain builds: every agent, server process
@@ -37,6 +38,7 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	code := storetest.Main(m)
+	webtest.Close() // the browser of the dashboard tests, if one started
 	if code == 0 {
 		// The in-process servers (server.Run) and clients of the tests
 		// must all have ended.

@@ -182,6 +182,7 @@ type serverProc struct {
 	dataDir string
 	port    int
 	args    []string
+	env     []string    // beyond baseEnv
 	stdout  *lineWriter // of the latest start
 	admin   string      // the admin token, once read
 }
@@ -190,6 +191,13 @@ type serverProc struct {
 // with dataDir, no local agents and the short timings of fastConfig, plus
 // extra flags; it returns once /health answers.
 func startServerProc(t testing.TB, dataDir string, port int, extra ...string) *serverProc {
+	t.Helper()
+	return startServerProcEnv(t, dataDir, port, nil, extra...)
+}
+
+// startServerProcEnv is startServerProc with more environment variables
+// (NAME=value) for the server process.
+func startServerProcEnv(t testing.TB, dataDir string, port int, env []string, extra ...string) *serverProc {
 	t.Helper()
 	if port == 0 {
 		port = freePort(t)
@@ -208,7 +216,7 @@ func startServerProc(t testing.TB, dataDir string, port int, extra ...string) *s
 		args = append(args, "--set", k+"="+v)
 	}
 	args = append(args, extra...)
-	s := &serverProc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, port: port, args: args}
+	s := &serverProc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), dataDir: dataDir, port: port, args: args, env: env}
 	s.start(t)
 	return s
 }
@@ -218,7 +226,7 @@ func (s *serverProc) start(t testing.TB) {
 	s.stdout = &lineWriter{}
 	p := &proc{name: "server", log: newLogFile(t, "server"), done: make(chan struct{})}
 	p.cmd = exec.Command(kilnBin, s.args...)
-	p.cmd.Env = baseEnv(t)
+	p.cmd.Env = append(baseEnv(t), s.env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.cmd.Stdout, p.cmd.Stderr = multi{s.stdout, p.log}, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -336,10 +344,14 @@ func alive(pid int) bool {
 
 // selfPid is shell text for a step's own process in a form readPids
 // resolves: its pid, which steps see inside a PID namespace of their own,
-// and that namespace. childPid is the same for the last background job.
+// that namespace, and the process's start time (in clock ticks since boot).
+// The start time matters: a namespace's inode number is reused once the
+// namespace is gone, and pids inside fresh namespaces repeat, so without it
+// one test's clean-up could resolve its finished step to another test's
+// running one and kill it. childPid is the same for the last background job.
 const (
-	selfPid  = `$$:$(readlink /proc/$$/ns/pid)`
-	childPid = `$!:$(readlink /proc/$!/ns/pid)`
+	selfPid  = `$$:$(readlink /proc/$$/ns/pid):$(cut -d" " -f22 /proc/$$/stat)`
+	childPid = `$!:$(readlink /proc/$!/ns/pid):$(cut -d" " -f22 /proc/$!/stat)`
 )
 
 // selfID is shell text for a name unique to the step's own process: its
@@ -361,13 +373,21 @@ func readPids(t testing.TB, dir string) map[string]int {
 			t.Fatal(err)
 		}
 		text := strings.TrimSpace(string(b))
-		num, ns, inNS := strings.Cut(text, ":")
+		num, rest, inNS := strings.Cut(text, ":")
 		pid, err := strconv.Atoi(num)
-		if err != nil || inNS && !strings.HasSuffix(ns, "]") {
+		if err != nil {
 			continue // being written
 		}
 		if inNS {
-			pid = hostPid(pid, ns)
+			i := strings.LastIndexByte(rest, ':')
+			if i < 0 || !strings.HasSuffix(rest[:i], "]") {
+				continue // being written
+			}
+			start, err := strconv.ParseUint(rest[i+1:], 10, 64)
+			if err != nil {
+				continue
+			}
+			pid = hostPid(pid, rest[:i], start)
 		}
 		out[strings.TrimSuffix(filepath.Base(f), ".pid")] = pid
 	}
@@ -375,8 +395,9 @@ func readPids(t testing.TB, dir string) map[string]int {
 }
 
 // hostPid finds the process that is pid in the PID namespace ns (as
-// readlink /proc/<pid>/ns/pid names it), or -1.
-func hostPid(pid int, ns string) int {
+// readlink /proc/<pid>/ns/pid names it) and started at start (clock ticks
+// since boot), or -1.
+func hostPid(pid int, ns string, start uint64) int {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -394,12 +415,36 @@ func hostPid(pid int, ns string) int {
 				f := strings.Fields(rest)
 				if len(f) > 0 && f[len(f)-1] == strconv.Itoa(pid) {
 					n, _ := strconv.Atoi(e.Name())
+					if startTicks(n) != start {
+						return -1 // the namespace's inode was reused
+					}
 					return n
 				}
 			}
 		}
 	}
 	return -1
+}
+
+// startTicks is field 22 of /proc/<pid>/stat, the process's start time in
+// clock ticks since boot, or 0 when the process is gone.
+func startTicks(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	// Fields after comm start at state, which is field 3.
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
 }
 
 // killLeftovers SIGKILLs, when the test ends, any process whose pid a

@@ -48,6 +48,9 @@ type Config struct {
 type Scalers interface {
 	Serves(r kiln.Requirement) bool
 	Names() []string
+	// TooBig says why no scaler can start an agent for r when some serve
+	// its labels but none can give the resources it asks for ("" else).
+	TooBig(r kiln.Requirement) string
 }
 
 // Defaults.
@@ -193,7 +196,12 @@ type StartRequest struct {
 // can never create the runs twice or lose them.
 func (e *Engine) Start(ctx context.Context, req StartRequest, within func(tx *store.Tx, runs []store.CreatedRun) error) ([]store.CreatedRun, error) {
 	var runs []store.CreatedRun
+	var inline func(committed bool) claimed
 	err := e.db.Update(ctx, func(tx *store.Tx) error {
+		if inline != nil { // a rerun: the last attempt's claim did not commit
+			inline(false)
+			inline = nil
+		}
 		runs = runs[:0]
 		for _, m := range req.Matches {
 			decision, err := json.Marshal(m.Decision)
@@ -215,16 +223,26 @@ func (e *Engine) Start(ctx context.Context, req StartRequest, within func(tx *st
 			runs = append(runs, cr)
 		}
 		if within != nil {
-			return within(tx, runs)
+			if err := within(tx, runs); err != nil {
+				return err
+			}
 		}
-		return nil
+		var err error
+		inline, err = e.claimInline(ctx, tx, runs)
+		return err
 	})
+	var got claimed
+	if inline != nil {
+		got = inline(err == nil)
+	}
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range runs {
+		r.Effects.Queued = got.unclaimed(r.Effects.Queued)
 		e.created(r)
 	}
+	e.Apply(got.effects)
 	return runs, nil
 }
 

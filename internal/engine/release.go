@@ -3,11 +3,15 @@ package engine
 import (
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/expr"
 	"github.com/kilnci/kiln/internal/jobspec"
 	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/workflow"
 )
 
 // Release is the engine's store.Releaser, given to store.Open: for a job
@@ -106,14 +110,24 @@ func release(job store.ReadyJob, maxSpec int) store.Release {
 	ctx["env"] = merged
 
 	rel := store.Release{}
-	if rp.RunsOn != nil || rp.Exclude != nil {
+	if rp.RunsOn != nil || rp.Exclude != nil || rp.CPUs != "" || rp.Memory != "" {
 		req, err := requirement(rp.RunsOn, rp.Exclude, ctx)
 		if err != nil {
+			return store.Release{Fail: err.Error()}
+		}
+		if req.Resources, err = renderResources(rp.CPUs, rp.Memory, ctx); err != nil {
 			return store.Release{Fail: err.Error()}
 		}
 		// A fork's job keeps its restriction whatever runs_on evaluated to.
 		req.Fork, req.ForkLabels = rp.Fork, kiln.NewLabels(rp.ForkLabels...)
 		rel.Requirement = &req
+	}
+	if rp.Timeout != "" {
+		d, err := renderTimeout(rp.Timeout, ctx)
+		if err != nil {
+			return store.Release{Fail: err.Error()}
+		}
+		b.Agent.TimeoutMS = d.Milliseconds()
 	}
 	b.Agent.WorkflowEnv, b.Agent.JobEnv = wfEnv, jobEnv
 	// The agent evaluates step expressions with these contexts; it adds
@@ -239,4 +253,54 @@ func toAny(m map[string]string) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// renderTimeout evaluates a job timeout written as an expression; what it
+// evaluates to must read as a duration, as a literal timeout must.
+// renderResources evaluates a job's resources (B197): what each
+// evaluates to must read as a CPU amount or a memory size, or the job
+// fails saying what it evaluated to.
+func renderResources(cpus, memory string, ctx map[string]any) (kiln.Resources, error) {
+	var r kiln.Resources
+	for _, x := range []struct {
+		key, src string
+		read     func(string) (int64, error)
+		into     *int64
+	}{{"resources.cpus", cpus, workflow.ReadCPUs, &r.MilliCPUs}, {"resources.memory", memory, workflow.ReadMemory, &r.Memory}} {
+		if x.src == "" {
+			continue
+		}
+		v, err := render(x.src, ctx)
+		if err != nil {
+			return r, fmt.Errorf("%s: %s: %v", x.key, x.src, err)
+		}
+		n, err := x.read(v)
+		if err != nil {
+			if v == x.src {
+				return r, fmt.Errorf("%s: %v", x.key, err)
+			}
+			return r, fmt.Errorf("%s: %s evaluated to %q: %v", x.key, x.src, v, err)
+		}
+		*x.into = n
+	}
+	return r, nil
+}
+
+func renderTimeout(src string, ctx map[string]any) (time.Duration, error) {
+	v, err := render(src, ctx)
+	if err != nil {
+		return 0, fmt.Errorf("timeout: %s: %v", src, err)
+	}
+	v = strings.TrimSpace(v)
+	if _, err := strconv.ParseFloat(v, 64); err == nil {
+		return 0, fmt.Errorf("timeout: %s evaluated to %q, which has no unit; make it evaluate to something like %ss or %sm", src, v, v, v)
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("timeout: %s evaluated to %q, which is not a duration like 30s, 10m or 1h30m", src, v)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("timeout: %s evaluated to %q; it must be longer than zero", src, v)
+	}
+	return d, nil
 }

@@ -91,6 +91,36 @@ jobs:
 	})
 }
 
+// B271: a job's timeout written as an expression is evaluated when the
+// job is released, with the matrix and inputs it sees; what it evaluates
+// to must read as a duration, or the job fails saying so.
+func TestJobTimeoutExpressionIsEvaluatedAtRelease(t *testing.T) {
+	forEach(t, func(t *testing.T, b bundle) {
+		run := start(t, b, `
+on: push
+jobs:
+  test:
+    matrix:
+      slow: ["90s", "soon", "10"]
+    fail_fast: false
+    timeout: ${{ matrix.slow }}
+    steps: [{run: make test}]
+`, pushEvent(), nil)
+		j := job(t, b, run.ID, "test (90s)")
+		if spec := specOf(t, j.Spec); j.Status != kiln.JobQueued || spec.TimeoutMS != 90_000 {
+			t.Fatalf("test (90s): %s, timeout %d ms", j.Status, spec.TimeoutMS)
+		}
+		for name, want := range map[string]string{
+			"test (soon)": `evaluated to "soon", which is not a duration`,
+			"test (10)":   `evaluated to "10", which has no unit`,
+		} {
+			if j := job(t, b, run.ID, name); j.Status != kiln.JobFailed || !strings.Contains(j.Error, want) {
+				t.Fatalf("%s: %s %q, want an error with %q", name, j.Status, j.Error, want)
+			}
+		}
+	})
+}
+
 // Proves B16 (docs/behaviours.md).
 func TestExpressionErrorAtReleaseFailsTheJobWithAReason(t *testing.T) {
 	forEach(t, func(t *testing.T, b bundle) {

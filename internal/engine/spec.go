@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kilnci/kiln"
@@ -142,8 +143,15 @@ func newJob(in runInput, j *workflow.Job, v workflow.Variant, contexts map[strin
 		rp.Fork, rp.ForkLabels = true, in.forkLabels
 		req.Fork, req.ForkLabels = true, kiln.NewLabels(in.forkLabels...)
 	}
-	if !literal {
+	if j.Resources != nil {
+		req.Resources = j.Resources.Amount
+	}
+	if !literal || !j.Resources.Literal() {
 		rp.RunsOn, rp.Exclude = sources(j.RunsOn), sources(j.ExcludeLabels)
+		rp.CPUs, rp.Memory = resourceSources(j.Resources)
+	}
+	if j.TimeoutExpr != nil {
+		rp.Timeout = sources([]*expr.Template{j.TimeoutExpr})[0]
 	}
 	for _, e := range in.wf.Env {
 		rp.WorkflowEnv = append(rp.WorkflowEnv, variable(e.Name, e.Value))
@@ -232,6 +240,16 @@ func jobSpec(in runInput, j *workflow.Job, v workflow.Variant, contexts map[stri
 		}
 		spec.Artifacts = append(spec.Artifacts, proto.Artifact{Name: name, Paths: a.Paths})
 	}
+	for _, c := range j.Cache {
+		if c.Key == nil {
+			continue
+		}
+		pc := proto.Cache{Key: c.Key.Source(), Paths: c.Paths}
+		for _, rk := range c.RestoreKeys {
+			pc.RestoreKeys = append(pc.RestoreKeys, rk.Source())
+		}
+		spec.Caches = append(spec.Caches, pc)
+	}
 	return spec
 }
 
@@ -253,6 +271,28 @@ func literalRequirement(j *workflow.Job) (kiln.Requirement, bool) {
 		ex = append(ex, t.Source())
 	}
 	return kiln.Requirement{RunsOn: kiln.NewLabels(on...), Exclude: kiln.NewLabels(ex...)}, true
+}
+
+// resourceSources writes a job's resources for release: each literal
+// amount in a form release reads back, each expression as its source
+// (its parsed form kept).
+func resourceSources(r *workflow.Resources) (cpus, memory string) {
+	if r == nil {
+		return "", ""
+	}
+	switch {
+	case r.CPUsExpr != nil:
+		cpus = sources([]*expr.Template{r.CPUsExpr})[0]
+	case r.Amount.MilliCPUs > 0:
+		cpus = strconv.FormatInt(r.Amount.MilliCPUs, 10) + "m"
+	}
+	switch {
+	case r.MemoryExpr != nil:
+		memory = sources([]*expr.Template{r.MemoryExpr})[0]
+	case r.Amount.Memory > 0:
+		memory = strconv.FormatInt(r.Amount.Memory, 10)
+	}
+	return cpus, memory
 }
 
 // sources returns the templates' source text, keeping their parsed form

@@ -178,6 +178,9 @@ func (e *Engine) unroutableMessage(r kiln.Requirement) string {
 	if e.cfg.Scalers == nil {
 		return msg
 	}
+	if why := e.cfg.Scalers.TooBig(r); why != "" {
+		return msg + "; " + why
+	}
 	if names := e.cfg.Scalers.Names(); len(names) > 0 {
 		return msg + "; no scaler serves it (considered: " + strings.Join(names, ", ") + ")"
 	}

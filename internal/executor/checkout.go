@@ -93,6 +93,7 @@ func (e *Execution) checkout(g *gitRunner, ws *workspace) error {
 // repository and checks it out detached, then verifies HEAD.
 func (e *Execution) checkoutRemote(g *gitRunner, c *Checkout, ws string) error {
 	remote := cleanURL(c.URL)
+	g.remote = remote
 	if err := g.run(ws, "init", "-q"); err != nil {
 		return err
 	}
@@ -104,16 +105,17 @@ func (e *Execution) checkoutRemote(g *gitRunner, c *Checkout, ws string) error {
 		if depth >= 0 {
 			args = append(args, "--depth="+strconv.Itoa(max(depth, 1)))
 		}
-		return g.run(ws, append(args, "origin", what)...)
+		return g.retrying(func() error { return g.run(ws, append(args, "origin", what)...) })
 	}
 	target := "FETCH_HEAD"
 	if c.SHA != "" {
 		target = c.SHA
 		g.log.notice("fetching %s at %s", remote, c.SHA)
 		err := fetch(c.Depth, c.SHA)
-		if err != nil && g.stop == stopNone && c.Ref != "" {
+		if f := (*gitFailure)(nil); err != nil && g.stop == stopNone && c.Ref != "" && !(errors.As(err, &f) && f.transient) {
 			// Some servers refuse to serve a commit by id; fetch the ref's
-			// whole history instead, which contains it.
+			// whole history instead, which contains it. (Not when the
+			// server could not be reached at all.)
 			g.log.notice("the server did not serve the commit by id; fetching %s instead", c.Ref)
 			err = fetch(-1, c.Ref)
 		}
@@ -179,6 +181,7 @@ type gitRunner struct {
 	deadline time.Time
 	stop     stopReason // why a command was stopped, if one was
 	exitCode int        // of the last command that ran
+	remote   string     // the URL fetched from, without credentials
 }
 
 // run runs a git command whose output goes to the checkout's log.
@@ -189,6 +192,7 @@ func (g *gitRunner) run(dir string, args ...string) error {
 		g.stop = stopStepTimeout
 		return fmt.Errorf("checkout timed out after %s", g.timeout)
 	}
+	g.log.takeErrTail()
 	out := g.e.runCommand(command{argv: append([]string{g.git}, args...), env: g.env, dir: dir, timeout: left}, g.log)
 	g.exitCode = out.exitCode
 	switch {
@@ -201,9 +205,39 @@ func (g *gitRunner) run(dir string, args ...string) error {
 		g.stop = out.stop
 		return errors.New(g.e.describe(out, g.timeout))
 	case out.exitCode != 0:
-		return fmt.Errorf("git %s failed with exit code %d", args[0], out.exitCode)
+		return classifyGit(args[0], out.exitCode, g.log.takeErrTail(), g.remote)
 	}
 	return nil
+}
+
+// Fetch retries: a fetch that failed for a reason that may pass is tried
+// up to fetchAttempts times, fetchRetryBase apart, doubling.
+const (
+	fetchAttempts  = 4
+	fetchRetryBase = time.Second
+)
+
+// retrying runs fetch until it succeeds, fails for good, is stopped, or
+// has been tried fetchAttempts times, saying in the log why it tries again.
+func (g *gitRunner) retrying(fetch func() error) error {
+	wait := fetchRetryBase
+	for attempt := 1; ; attempt++ {
+		err := fetch()
+		var f *gitFailure
+		if err == nil || g.stop != stopNone || !errors.As(err, &f) || !f.transient || attempt == fetchAttempts ||
+			time.Until(g.deadline) < wait {
+			return err
+		}
+		g.log.notice("%s; trying again in %s (attempt %d of %d)", f.cause, wait, attempt+1, fetchAttempts)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-g.e.stopCtx.Done():
+			t.Stop()
+			return err
+		}
+		wait *= 2
+	}
 }
 
 // output runs a quick local git command and returns its standard output.

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"encoding/base64"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -200,6 +201,7 @@ type gitServer struct {
 	mu       sync.Mutex
 	requests []string // URL and headers of each request, except the valid credential
 	block    chan struct{}
+	down     int // the next this many requests are answered 503
 }
 
 func newGitServer(t *testing.T, root, user, token string) *gitServer {
@@ -219,7 +221,15 @@ func newGitServer(t *testing.T, root, user, token string) *gitServer {
 		s.mu.Lock()
 		s.requests = append(s.requests, r.URL.String())
 		block := s.block
+		down := s.down > 0
+		if down {
+			s.down--
+		}
 		s.mu.Unlock()
+		if down {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
 		if block != nil {
 			select {
 			case <-block:
@@ -298,6 +308,51 @@ func TestCheckoutOverHTTPWithToken(t *testing.T) {
 	wantStatuses(t, res, failed, skipped)
 	if !strings.Contains(res.Error, hint) || !strings.Contains(rec.text(CheckoutIndex), hint) {
 		t.Errorf("a failed anonymous checkout does not say how to fix it: %q\n%s", res.Error, rec.text(CheckoutIndex))
+	}
+}
+
+// B274: a fetch that fails for a reason that may pass (the server down,
+// answering 503) is tried again with a growing wait, saying why, and
+// succeeds once the server is back; a server that cannot be reached at
+// all fails the checkout with that cause, named, after the last attempt —
+// not with a fallback to fetching the branch.
+func TestCheckoutRetriesTransientFailuresAndNamesTheCause(t *testing.T) {
+	t.Parallel()
+	repo, first, _ := newRepo(t)
+	srv := newGitServer(t, filepath.Dir(repo), "kiln-bot", "tok")
+	srv.mu.Lock()
+	srv.down = 2
+	srv.mu.Unlock()
+	x := newExecutor(t)
+	auth := &GitAuth{Username: "kiln-bot", Password: "tok"}
+	res, rec := runJob(t, x, &Job{JobID: "j", Checkout: &Checkout{URL: srv.URL + "/git/repo/.git", SHA: first, Ref: "refs/heads/main", Auth: auth},
+		Steps: []Step{{Run: "cat a.txt"}}})
+	wantStatuses(t, res, success, success)
+	log := rec.text(CheckoutIndex)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for _, want := range []string{host + " answered HTTP 503; trying again in 1s (attempt 2 of 4)", "trying again in 2s (attempt 3 of 4)"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("checkout log lacks %q:\n%s", want, log)
+		}
+	}
+
+	// Nothing listens on this port.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	res, rec = runJob(t, x, &Job{JobID: "j", Checkout: &Checkout{URL: "http://" + dead + "/acme/app.git", SHA: first, Ref: "refs/heads/main"},
+		Steps: []Step{{Run: "true"}}})
+	wantStatuses(t, res, failed, skipped)
+	if want := "could not connect to "; !strings.Contains(res.Error, want) || !strings.Contains(res.Error, strings.Split(dead, ":")[1]) {
+		t.Errorf("error %q does not name the unreachable server", res.Error)
+	}
+	t.Logf("the job's error: %s", res.Error)
+	log = rec.text(CheckoutIndex)
+	if strings.Contains(log, "did not serve the commit by id") || strings.Count(log, "trying again in") != 3 {
+		t.Errorf("checkout log:\n%s", log)
 	}
 }
 

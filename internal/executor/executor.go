@@ -163,6 +163,7 @@ func New(cfg Config) (*Executor, error) {
 	if err := prepareWorkRoot(cfg.WorkRoot, cfg.Isolation.StepUser); err != nil {
 		return nil, err
 	}
+	removeLeftovers(cfg.WorkRoot, cfg.Logger)
 	if cfg.Isolation.Mode == IsolationRequired {
 		if err := x.settle(); err != nil {
 			return nil, err

@@ -17,16 +17,18 @@ import (
 // hashFilesIn returns hashFiles() for a workspace: the SHA-256, in hex, of
 // the SHA-256 of every regular file matching the patterns (globs relative
 // to the workspace; "!pattern" excludes), in path order; "" when nothing
-// matches. That is GitHub's definition, so cache keys read the same.
+// matches. That is GitHub's definition, so cache keys read the same. As
+// on GitHub a pattern may start with "./" ('./go.sum', '!./vendor/**'):
+// the glob matcher would match nothing with it, so it is dropped.
 func hashFilesIn(dir string) func([]string) (string, error) {
 	return func(patterns []string) (string, error) {
 		fsys := os.DirFS(dir)
 		var include, exclude []string
 		for _, p := range patterns {
 			if rest, ok := strings.CutPrefix(p, "!"); ok {
-				exclude = append(exclude, rest)
+				exclude = append(exclude, cleanPattern(rest))
 			} else {
-				include = append(include, p)
+				include = append(include, cleanPattern(p))
 			}
 		}
 		seen := map[string]bool{}

@@ -34,6 +34,9 @@ type Job struct {
 	// artifacts either way).
 	Artifacts []Artifact
 	Transfer  Transfer
+	// Caches are restored through Transfer (when it is a CacheTransfer)
+	// after the checkout and saved after the steps when the job succeeded.
+	Caches []Cache
 
 	Timeout       time.Duration // the whole job, checkout included; 0 = none
 	KeepWorkspace bool          // keep the workspace after the job (Result.Workspace)

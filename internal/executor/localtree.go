@@ -66,7 +66,11 @@ func (e *Execution) checkoutLocal(g *gitRunner, c *Checkout, ws string) error {
 	if err != nil {
 		return err
 	}
-	g.log.notice("working tree changes applied: %d files copied, %d removed", n.copied, n.removed)
+	files := "files"
+	if n.copied == 1 {
+		files = "file"
+	}
+	g.log.notice("working tree changes applied: %d %s copied, %d removed", n.copied, files, n.removed)
 	return nil
 }
 

@@ -36,6 +36,7 @@ type stepLog struct {
 	dropped   int64 // bytes of lines dropped after the cap
 	truncated bool
 	closed    bool
+	errTail   []string // the last stderr lines (masked), for a failure's cause
 }
 
 func (e *Execution) newStepLog(index int, m *masker) *stepLog {
@@ -129,6 +130,12 @@ func (l *stepLog) add(stream string, lines []string, now time.Time) {
 	if l.closed {
 		return
 	}
+	if stream == StreamStderr {
+		l.errTail = append(l.errTail, lines...)
+		if n := len(l.errTail); n > maxErrTail {
+			l.errTail = append(l.errTail[:0], l.errTail[n-maxErrTail:]...)
+		}
+	}
 	for _, text := range lines {
 		size := int64(len(text)) + 1
 		if l.truncated || l.written+size > l.maxBytes {
@@ -139,6 +146,18 @@ func (l *stepLog) add(stream string, lines []string, now time.Time) {
 		l.written += size
 		l.appendLocked(LogLine{Stream: stream, Text: text, Time: now})
 	}
+}
+
+// maxErrTail bounds the stderr lines a step log keeps for takeErrTail.
+const maxErrTail = 8
+
+// takeErrTail returns the last stderr lines added since the previous call.
+func (l *stepLog) takeErrTail() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.errTail
+	l.errTail = nil
+	return t
 }
 
 // notice adds a line of the executor's own (retries, checkout commands) to

@@ -75,10 +75,12 @@ func (e *Execution) run() Result {
 		e.runCheckout(js)
 	}
 	e.fetchArtifacts(js)
+	restored := e.restoreCaches(js)
 	for i := range e.job.Steps {
 		e.runStep(i, js)
 	}
 	e.uploadArtifacts(js)
+	e.saveCaches(js, restored)
 	js.setup.close()
 
 	res.Outputs = js.outputs

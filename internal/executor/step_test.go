@@ -505,3 +505,43 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", x.cfg)
 	}
 }
+
+// hashFiles() gives what GitHub's gives for the same files (vectors
+// computed with sha256sum: the SHA-256 of the concatenated SHA-256 sums
+// of the matched files, in path order), and a leading "./" — in a pattern
+// or an exclusion — matches as without it (B210).
+func TestHashFilesMatchesGitHub(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"go.mod": "module example.com/x\n", "go.sum": "golang.org/x/text v0.3.0 h1:abc=\n", "sub/go.sum": "sub sum\n",
+	} {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const single = "5108550584fb133f61f93db6bf818c4d77fe4cd85347577569dfbf5ae0b860cd"
+	const both = "1437aad8bfc264ac51be328f90f65735f4c29f3cde4633f09bc703112b124323"
+	for _, c := range []struct {
+		patterns []string
+		want     string
+	}{
+		{[]string{"go.sum"}, single},
+		{[]string{"./go.sum"}, single},
+		{[]string{"././go.sum"}, single},
+		{[]string{"**/go.sum"}, both},
+		{[]string{"./**/go.sum"}, both},
+		{[]string{"sub/go.sum", "go.sum"}, both},
+		{[]string{"**/go.sum", "!./sub/**"}, single},
+		{[]string{"./**/go.sum", "!sub/go.sum"}, single},
+		{[]string{"./nothing.sum"}, ""},
+	} {
+		got, err := hashFilesIn(dir)(c.patterns)
+		if err != nil || got != c.want {
+			t.Errorf("hashFiles(%q) = %q, %v; want %q", c.patterns, got, err, c.want)
+		}
+	}
+}

@@ -27,16 +27,18 @@ import (
 type workspace struct {
 	root, dir, tmp, meta string
 	metaDir              *os.Root
-	owner                *User // the step user, or nil
+	lock                 *os.File // held while root exists (leftovers.go)
+	owner                *User    // the step user, or nil
 }
 
 func newWorkspace(workRoot, jobID string, owner *User) (*workspace, error) {
-	root, err := os.MkdirTemp(workRoot, "job-"+fileSafe(jobID)+"-")
+	root, lock, err := claimJobDir(workRoot, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("create the job directory: %w", err)
 	}
 	w := &workspace{
 		root:  root,
+		lock:  lock,
 		dir:   filepath.Join(root, "ws"),
 		tmp:   filepath.Join(root, "tmp"),
 		meta:  filepath.Join(root, "meta"),
@@ -46,7 +48,11 @@ func newWorkspace(workRoot, jobID string, owner *User) (*workspace, error) {
 		if w.metaDir != nil {
 			w.metaDir.Close()
 		}
-		_ = removeTree(root)
+		if removeTree(root) == nil {
+			releaseJobDir(lock)
+		} else {
+			lock.Close()
+		}
 		return nil, fmt.Errorf("create the job directory: %w", err)
 	}
 	metaMode := os.FileMode(0o700)
@@ -257,13 +263,23 @@ func (w *workspace) writeScript(index int, script string) (string, error) {
 	return p, nil
 }
 
-// remove deletes the job directory, or with keep everything but ws.
+// remove deletes the job directory, or with keep everything but ws. What
+// it could not remove keeps its lock file, so the agent's next start
+// tries again.
 func (w *workspace) remove(keep bool) error {
 	w.metaDir.Close()
+	var err error
 	if keep {
-		return errors.Join(removeTree(w.meta), removeTree(w.tmp))
+		err = errors.Join(removeTree(w.meta), removeTree(w.tmp))
+	} else {
+		err = removeTree(w.root)
 	}
-	return removeTree(w.root)
+	if err == nil {
+		releaseJobDir(w.lock)
+	} else {
+		w.lock.Close()
+	}
+	return err
 }
 
 // removeTree is os.RemoveAll that also removes directories a step made

@@ -232,17 +232,28 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 					}
 					jobs := 0
 					var cpu time.Duration
+					var allocs uint64
+					var ms runtime.MemStats
 					for b.Loop() {
 						b.StopTimer()
 						want := finished.n.Load() + batch
 						refs := createJobs(b, h, batch)
 						b.StartTimer()
 						c0 := cpuTime()
+						runtime.ReadMemStats(&ms)
+						m0 := ms.Mallocs
 						h.f.Wake(refs)
 						finished.wait(b, want)
 						cpu += cpuTime() - c0
+						runtime.ReadMemStats(&ms)
+						allocs += ms.Mallocs - m0
 						jobs += batch
 					}
+					// Heap allocations per job in this process: the
+					// fleet's and the store client's, and the scripted
+					// agents' (a few per frame), which the server does not
+					// pay.
+					b.ReportMetric(float64(allocs)/float64(jobs), "allocs/job")
 					b.ReportMetric(float64(jobs)/b.Elapsed().Seconds(), "jobs/s")
 					// CPU of this process (fleet, store client, the scripted
 					// agents; not PostgreSQL's) per job: unlike jobs/s, it

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kilnci/kiln/internal/proto"
@@ -147,6 +148,53 @@ func (f *Fleet) leaveIfIsolated() {
 	for _, c := range conns {
 		f.disconnect(c, closeCause{kind: "isolated", code: proto.CloseGoingAway,
 			reason: "this coordinator lost its database", keepUnstarted: true, noStore: true})
+	}
+}
+
+// pushCoordinators tells every registered agent whose list differs from
+// the live coordinators now (B139): register.ack gave it the list of its
+// time, and a server that started since, or died, would otherwise stay
+// unknown to it until it registers again — too late to fail over to the
+// new one when its own dies. The frames are written off the monitor's
+// goroutine (a stuck agent must not hold up the sweeps), in order per
+// agent, each with the newest list. A sole coordinator has no other to
+// tell of.
+func (f *Fleet) pushCoordinators() {
+	if f.cl.Sole() {
+		return
+	}
+	list := f.cl.Coordinators()
+	told := 0
+	for _, a := range f.reg.list() {
+		if !a.live.Load() || a.lost.Load() {
+			continue
+		}
+		a.mu.Lock()
+		same := slices.Equal(a.coordinators, list)
+		if !same {
+			a.coordinators = list
+		}
+		a.mu.Unlock()
+		if same {
+			continue
+		}
+		told++
+		f.goSend(func() {
+			a.pushMu.Lock()
+			defer a.pushMu.Unlock()
+			a.mu.Lock()
+			want := a.coordinators
+			a.mu.Unlock()
+			if slices.Equal(want, a.sentCoordinators) {
+				return
+			}
+			if err := a.c.send(&proto.Coordinators{Coordinators: want}); err == nil {
+				a.sentCoordinators = want
+			}
+		})
+	}
+	if told > 0 {
+		f.log.Info("fleet: the live coordinators changed; telling the agents", "coordinators", list, "agents", told)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/store"
 )
 
@@ -34,9 +35,26 @@ type op struct {
 	// CompleteBatch, which moves alike jobs in one statement.
 	complete *store.Completion
 	chunks   []store.Chunk
+	// next, with complete, is complete-and-claim: the finishing agent's
+	// next job, claimed in the transaction that commits the completion
+	// (when that completion is not refused), into claimed.
+	next    *store.ClaimAsk
+	claimed []store.Claimed
+	// settle, with complete, asks that the completion wait for the job's
+	// uploads in flight: if it has any, the completion is not stored and
+	// its result is errUnsettled.
+	settle bool
+	// start, instead of run, moves a job its agent began to running:
+	// consecutive starts in a batch go to the store as one StartBatch.
+	start *store.Lease
 }
 
 var errStopped = errors.New("fleet: the orchestrator is shutting down")
+
+// errUnsettled answers a completion asked to settle whose job has uploads
+// in flight: nothing was stored; the caller waits for the uploads (the
+// settle, B217) and hands the completion in again.
+var errUnsettled = errors.New("fleet: the job has uploads in flight")
 
 type committer struct {
 	db    *store.DB
@@ -77,9 +95,27 @@ func (cm *committer) do(fn func(ctx context.Context, tx *store.Tx) (store.Effect
 	return <-o.done
 }
 
-// completeJob ends a job and waits for the result.
-func (cm *committer) completeJob(c store.Completion, chunks []store.Chunk) error {
-	o := &op{complete: &c, chunks: chunks, done: make(chan error, 1)}
+// completeJob ends a job and waits for the result. With next, the same
+// transaction claims the agent's next job: the claimed jobs are returned
+// when the completion committed (err nil).
+// With settle, a job with uploads in flight is not completed: the error is
+// errUnsettled.
+func (cm *committer) completeJob(c store.Completion, chunks []store.Chunk, next *store.ClaimAsk, settle bool) ([]store.Claimed, error) {
+	o := &op{complete: &c, chunks: chunks, next: next, settle: settle, done: make(chan error, 1)}
+	if err := cm.submit(o); err != nil {
+		return nil, err
+	}
+	if err := <-o.done; err != nil {
+		return nil, err
+	}
+	return o.claimed, nil
+}
+
+// startJob moves a job its agent began to running and waits for the
+// result: nil, or the store's refusal. Starts waiting in one batch commit
+// in one statement (StartBatch).
+func (cm *committer) startJob(l store.Lease) error {
+	o := &op{start: &l, done: make(chan error, 1)}
 	if err := cm.submit(o); err != nil {
 		return err
 	}
@@ -177,6 +213,14 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 				i += n
 				continue
 			}
+			if batch[i].start != nil {
+				n, err := cm.starts(ctx, tx, batch[i:], results[i:])
+				if err != nil {
+					return err
+				}
+				i += n
+				continue
+			}
 			eff, err := batch[i].run(ctx, tx)
 			if err != nil && !refusal(err) {
 				return err
@@ -222,6 +266,25 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 	}
 }
 
+// starts runs the starts at the head of ops as one StartBatch and returns
+// how many it ran.
+func (cm *committer) starts(ctx context.Context, tx *store.Tx, ops []*op, results []error) (int, error) {
+	n := 0
+	for n < len(ops) && ops[n].start != nil {
+		n++
+	}
+	leases := make([]store.Lease, n)
+	for i, o := range ops[:n] {
+		leases[i] = *o.start
+	}
+	errs, err := tx.Jobs().StartBatch(ctx, leases)
+	if err != nil {
+		return 0, err
+	}
+	copy(results, errs)
+	return n, nil
+}
+
 // completions runs the completions at the head of ops as one CompleteBatch
 // and returns how many it ran.
 func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, results []error, effects []store.Effects) (int, error) {
@@ -229,11 +292,30 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 	for n < len(ops) && ops[n].complete != nil {
 		n++
 	}
-	cs := make([]store.Completion, n)
+	for i := range n {
+		ops[i].claimed = nil // the transaction may be run again
+		effects[i] = store.Effects{}
+	}
+	// The settle's check, one read for the batch: a success whose job has
+	// uploads in flight is left out (its caller waits and hands it in
+	// again), with its log index and its next claim.
+	unsettled, err := cm.unsettled(ctx, tx, ops[:n])
+	if err != nil {
+		return 0, err
+	}
+	var cs []store.Completion
+	var at []int // ops index of each of cs
 	var chunks []store.Chunk
 	for i, o := range ops[:n] {
-		cs[i] = *o.complete
+		if unsettled[o.complete.JobID] && o.settle {
+			results[i] = errUnsettled
+			continue
+		}
+		cs, at = append(cs, *o.complete), append(at, i)
 		chunks = append(chunks, o.chunks...)
+	}
+	if len(cs) == 0 {
+		return n, nil
 	}
 	if len(chunks) > 0 {
 		// The step logs are stored; their index is a convenience that
@@ -249,10 +331,46 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 	if err != nil {
 		return 0, err
 	}
-	copy(results, errs)
-	for i := range n {
-		effects[i] = store.Effects{}
+	for k, i := range at {
+		results[i] = errs[k]
 	}
-	effects[0] = eff
+	// Complete-and-claim: the agents whose completions stand take their
+	// next jobs in this transaction, one commit for both, and agents
+	// accepting the same work share the claim's statement. The claim sees
+	// the jobs these completions released.
+	var asks []store.ClaimAsk
+	var askers []*op
+	for k, i := range at {
+		if o := ops[i]; o.next != nil && errs[k] == nil {
+			asks, askers = append(asks, *o.next), append(askers, o)
+		}
+	}
+	if len(asks) > 0 {
+		got, err := tx.Queue().ClaimFor(ctx, asks)
+		if err != nil {
+			return 0, err
+		}
+		for i, o := range askers {
+			o.claimed = got[i]
+			for _, c := range got[i] {
+				if c.RunStarted {
+					eff.Runs = append(eff.Runs, store.RunChange{ID: c.RunID, Status: kiln.RunRunning})
+				}
+			}
+		}
+	}
+	effects[at[0]] = eff
 	return n, nil
+}
+
+// unsettled reads which of the completions asking to settle have uploads
+// in flight.
+func (cm *committer) unsettled(ctx context.Context, tx *store.Tx, ops []*op) (map[string]bool, error) {
+	var ids []string
+	for _, o := range ops {
+		if o.settle {
+			ids = append(ids, o.complete.JobID)
+		}
+	}
+	return tx.Uploads().InFlightAmong(ctx, ids)
 }

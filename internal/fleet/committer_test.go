@@ -49,19 +49,7 @@ func TestCommitterBatch(t *testing.T) {
 			{run: func(context.Context, *store.Tx) (store.Effects, error) { return store.Effects{}, boom }, done: make(chan error, 1)},
 			complete(cs[2], cs[2].Epoch),
 		}
-		for _, o := range ops {
-			if err := cm.submit(o); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ctx, cancel := context.WithCancel(bg)
-		defer cancel()
-		go cm.run(ctx)
-		defer cm.shutdown()
-		results := make([]error, len(ops))
-		for i, o := range ops {
-			results[i] = <-o.done
-		}
+		results := commitTogether(t, cm, ops)
 		if results[0] != nil || !errors.Is(results[1], store.ErrStaleLease) || !errors.Is(results[2], boom) || results[3] != nil {
 			t.Fatalf("results %v", results)
 		}
@@ -83,4 +71,77 @@ func TestCommitterBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// One batch's completions asking to settle are checked for uploads with
+// one read (B217): a success whose job has an upload in flight is handed
+// back (errUnsettled) with nothing stored, while the others in the batch
+// complete; handed in again without the check, it completes. Consecutive
+// starts in the batch move in one statement, each under its own lease.
+func TestCommitterSettleAndStartsInOneBatch(t *testing.T) {
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
+		nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
+		for _, n := range []string{"a", "b", "c", "d"} {
+			nr.Jobs = append(nr.Jobs, store.NewJob{Name: n, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Spec: specJSON(n)})
+		}
+		if _, err := db.Runs().Create(bg, nr); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := db.Queue().Claim(bg, "agent", kiln.AgentLabels{Labels: kiln.NewLabels("linux")}, 4)
+		if err != nil || len(cs) != 4 {
+			t.Fatalf("claim %v %v", cs, err)
+		}
+		if err := db.Uploads().Begin(bg, "up-1", cs[1].JobID, "cache", "k"); err != nil {
+			t.Fatal(err)
+		}
+		var counters counters
+		cm := newCommitter(db, func(store.Effects) {}, 16, func(string, ...any) {}, &counters)
+		lease := func(c store.Claimed) store.Lease { return store.Lease{JobID: c.JobID, Epoch: c.Epoch} }
+		complete := func(c store.Claimed, settle bool) *op {
+			return &op{complete: &store.Completion{Lease: lease(c), Status: kiln.JobSuccess}, settle: settle, done: make(chan error, 1)}
+		}
+		stale := lease(cs[3])
+		stale.Epoch++
+		ops := []*op{
+			{start: &stale, done: make(chan error, 1)},
+			{start: &store.Lease{JobID: cs[3].JobID, Epoch: cs[3].Epoch}, done: make(chan error, 1)},
+			complete(cs[0], true), complete(cs[1], true), complete(cs[2], true),
+		}
+		results := commitTogether(t, cm, ops)
+		if !errors.Is(results[0], store.ErrStaleLease) || results[1] != nil || results[2] != nil ||
+			!errors.Is(results[3], errUnsettled) || results[4] != nil {
+			t.Fatalf("results %v", results)
+		}
+		for i, want := range []kiln.JobStatus{kiln.JobSuccess, kiln.JobDispatched, kiln.JobSuccess, kiln.JobRunning} {
+			if j, _ := db.Jobs().Get(bg, cs[i].JobID); j.Status != want {
+				t.Errorf("job %s is %s, want %s", cs[i].Name, j.Status, want)
+			}
+		}
+		if _, err := cm.completeJob(*complete(cs[1], false).complete, nil, nil, false); err != nil {
+			t.Fatal(err)
+		}
+		if j, _ := db.Jobs().Get(bg, cs[1].JobID); j.Status != kiln.JobSuccess {
+			t.Fatalf("handed in again, b is %s", j.Status)
+		}
+	})
+}
+
+// commitTogether hands the operations to a committer before it runs, so
+// they commit in one batch, and returns their results; the committer runs
+// until the test ends.
+func commitTogether(t *testing.T, cm *committer, ops []*op) []error {
+	t.Helper()
+	for _, o := range ops {
+		if err := cm.submit(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(bg)
+	go cm.run(ctx)
+	t.Cleanup(func() { cm.shutdown(); cancel() })
+	results := make([]error, len(ops))
+	for i, o := range ops {
+		results[i] = <-o.done
+	}
+	return results
 }

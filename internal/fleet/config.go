@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,9 +100,22 @@ type Config struct {
 	Clock  func() time.Time
 	Logger *slog.Logger
 
+	// Settle, when set, is the upload settle: a job's success waits in it
+	// for the uploads the job started before it is stored (and its
+	// dependents released). It returns at once when none is in flight.
+	Settle Settle
+
 	// Scaler, when set, starts agents for jobs no idle agent takes
 	// (internal/scaler) and is told of its agents' lives.
 	Scaler Scaler
+}
+
+// Settle is the upload settle as the fleet uses it (caches.Settle).
+type Settle interface {
+	// Enabled: successes wait for their jobs' uploads (a zero timeout
+	// disables the settle).
+	Enabled() bool
+	Wait(ctx context.Context, jobID string) time.Duration
 }
 
 // Scaler is the scaler manager as the fleet uses it.
@@ -113,8 +127,9 @@ type Scaler interface {
 	// error).
 	Reason(r kiln.Requirement) (string, bool)
 	// Registered: an agent registered. It returns the job a scaler started
-	// it for, and whether it is a scaler's agent, which takes one job.
-	Registered(agentID string) (jobID string, ephemeral bool)
+	// it for, whether it is a scaler's agent, which takes one job, and
+	// what it was given: it takes only jobs within that.
+	Registered(agentID string) (jobID string, ephemeral bool, limit kiln.Resources)
 	// Took: a scaler's agent was sent a job.
 	Took(agentID, runID, jobID string)
 	// Gone: an agent's connection ended holding held started jobs.

@@ -29,6 +29,11 @@ import (
 type dispatcher struct {
 	f    *Fleet
 	wake chan struct{}
+	// claimMu is held by whoever claims agents' free slots: a pass, or an
+	// inline claim from the claim in a run's transaction until its commit
+	// (ClaimInline). Slots are counted before a claim and taken only once
+	// it committed, so two claimers at once could overfill an agent.
+	claimMu sync.Mutex
 
 	mu      sync.Mutex
 	freed   map[*agent]struct{}
@@ -37,6 +42,10 @@ type dispatcher struct {
 	full    bool              // redrive: offer the queue to every idle agent
 	reasons bool              // the set of agents changed: recompute pending reasons
 	wokeAt  map[string]time.Time
+	// reasonsDue: the fresh jobs' pending reasons, held back in a cluster
+	// (explainLater), are to be written in the next pass; reasonsLater: a
+	// timer will set reasonsDue.
+	reasonsDue, reasonsLater bool
 
 	// lastReason is the pending reason last written per key; only the
 	// dispatcher's goroutine touches it.
@@ -118,16 +127,22 @@ func (d *dispatcher) run(ctx context.Context) {
 			return
 		case <-d.wake:
 		}
+		d.claimMu.Lock()
 		d.pass(ctx)
+		d.claimMu.Unlock()
 	}
 }
 
 func (d *dispatcher) pass(ctx context.Context) {
 	d.mu.Lock()
-	freed, hint, full, reasons, bound := d.freed, d.hint, d.full, d.reasons, d.bound
-	d.freed, d.hint, d.full, d.reasons = map[*agent]struct{}{}, 0, false, false
+	freed, hint, full, reasons, bound, due := d.freed, d.hint, d.full, d.reasons, d.bound, d.reasonsDue
+	d.freed, d.hint, d.full, d.reasons, d.reasonsDue = map[*agent]struct{}{}, 0, false, false, false
 	if len(bound) > 0 {
 		d.bound = map[*agent]string{}
+	} else {
+		// Kept (not reallocated) for the next bind: never read it
+		// outside the lock.
+		bound = nil
 	}
 	d.mu.Unlock()
 	for a, job := range bound {
@@ -145,8 +160,8 @@ func (d *dispatcher) pass(ctx context.Context) {
 		sort.Slice(picks, func(i, j int) bool { return picks[i].a.id < picks[j].a.id })
 		d.claim(ctx, picks)
 	}
-	if hint > 0 || full || reasons {
-		done, short := d.route(ctx, hint, full)
+	if hint > 0 || full || reasons || due {
+		done, short := d.route(ctx, hint, full, due)
 		d.retryShort(ctx, short)
 		if !done {
 			// A pass cut short continues at once.
@@ -166,9 +181,10 @@ type pick struct {
 }
 
 // route offers the queued keys to idle agents and refreshes the pending
-// reasons of the keys still waiting. It reports false when it stopped
-// before the queue was drained or every accepting agent was busy.
-func (d *dispatcher) route(ctx context.Context, hint int, full bool) (done, short bool) {
+// reasons of the keys still waiting (every one when due). It reports false
+// when it stopped before the queue was drained or every accepting agent was
+// busy.
+func (d *dispatcher) route(ctx context.Context, hint int, full, due bool) (done, short bool) {
 	f := d.f
 	// A few jobs and a few idle agents (the common case of a webhook):
 	// every idle agent claims at once, without reading the queued keys
@@ -229,7 +245,11 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) (done, shor
 			break
 		}
 	}
-	d.explain(ctx, keys, live, hint > 0 || full)
+	if hint > 0 && !full && !due && !f.cl.Sole() {
+		d.explainLater(live)
+		return done, short
+	}
+	d.explain(ctx, keys, live, hint > 0 || full || due)
 	return done, short
 }
 
@@ -257,7 +277,7 @@ func (d *dispatcher) retryShort(ctx context.Context, short bool) {
 		for _, a := range d.f.reg.matching(k) {
 			if a.freeSlots() > 0 {
 				d.retries++
-				time.AfterFunc(time.Duration(d.retries)*10*time.Millisecond, func() {
+				time.AfterFunc(retryShortAfter(d.retries), func() {
 					d.mu.Lock()
 					d.hint++
 					d.mu.Unlock()
@@ -525,17 +545,9 @@ func (d *dispatcher) explain(ctx context.Context, keys []string, live map[string
 	if len(live) > 0 && f.cfg.Scaler != nil {
 		f.cfg.Scaler.Wake()
 	}
-	if len(updates) == 0 {
-		return
+	if len(updates) > 0 {
+		f.reasons.set(updates, f.now())
 	}
-	f.cm.async(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-		for k, r := range updates {
-			if _, err := tx.Queue().SetPendingReasonForKey(ctx, k, r); err != nil {
-				return store.Effects{}, err
-			}
-		}
-		return store.Effects{}, nil
-	})
 }
 
 // reason says why jobs with the key wait; false when an agent could take
@@ -613,4 +625,15 @@ func joinLabels(ls kiln.Labels) string {
 		s += l
 	}
 	return s
+}
+
+// claimedOnCompletion sends the jobs an agent claimed in the transaction
+// that completed its previous one (complete-and-claim), from the agent's
+// own connection goroutine: only this agent waits on its write. took is
+// the commit's time, observed as a claim's.
+func (d *dispatcher) claimedOnCompletion(a *agent, held []store.Claimed, took time.Duration) {
+	d.f.stats.claimLatency.observe(took)
+	d.f.stats.claimedOnCompletion.Add(uint64(len(held)))
+	d.f.took(a, held)
+	d.deliverAll(context.Background(), a, held)
 }

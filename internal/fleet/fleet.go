@@ -29,20 +29,25 @@ type Fleet struct {
 	// engine, in commit order; closed when Run returns.
 	effects chan store.Effects
 
-	reg   *registry
-	cm    *committer
-	disp  *dispatcher
-	hb    leases // buffered job heartbeats
-	acks  leases // deferred job acknowledgements
-	stats counters
+	reg  *registry
+	cm   *committer
+	disp *dispatcher
+	// reasons writes the dispatcher's pending reasons in short chunks.
+	reasons *reasonWriter
+	hb      leases // buffered job heartbeats
+	acks    leases // deferred job acknowledgements
+	stats   counters
 	// unauth counts the connections that have not authenticated (B102).
 	unauth unauthLimiter
 
 	state     atomic.Int32 // 0 new, 1 running, 2 stopped
 	acceptMu  sync.Mutex
 	accepting atomic.Bool
-	handlers  sync.WaitGroup // connection goroutines
-	closers   sync.WaitGroup // close handshakes in flight
+	// started is closed once Run accepts agents (server.Run waits for it
+	// before it says it is ready).
+	started  chan struct{}
+	handlers sync.WaitGroup // connection goroutines
+	closers  sync.WaitGroup // close handshakes in flight
 
 	// sends are writes to agents on goroutines of their own (dispatches,
 	// cancels), so that a slow agent holds up no caller; Run waits for
@@ -80,8 +85,9 @@ func New(db *store.DB, logs *logstore.Store, creds CloneCredentials, cfg Config)
 		cl = cfg.Cluster
 	}
 	f := &Fleet{db: db, logs: logs, creds: creds, cfg: cfg, cl: cl, log: cfg.Logger, reg: newRegistry(),
-		effects: make(chan store.Effects, effectsBuffer)}
+		effects: make(chan store.Effects, effectsBuffer), started: make(chan struct{})}
 	f.cm = newCommitter(db, f.emit, cfg.MaxBatch, f.log.Error, &f.stats)
+	f.reasons = newReasonWriter(f.cm, f.log.Error)
 	f.disp = newDispatcher(f)
 	return f, nil
 }
@@ -116,6 +122,10 @@ func (f *Fleet) Handler() http.Handler { return http.HandlerFunc(f.serveHTTP) }
 // (before it, and after it ended, /ws answers 503).
 func (f *Fleet) Accepting() bool { return f.accepting.Load() }
 
+// Started is closed once Run accepts agent connections: its start-up
+// recovery of the previous process's agents is over.
+func (f *Fleet) Started() <-chan struct{} { return f.started }
+
 // Run serves until ctx ends: it starts the committer, the dispatcher and the
 // monitor, then accepts agents. When ctx ends it closes every connection
 // with 1001 (going away), leaving the agents' jobs for the next process to
@@ -143,8 +153,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { f.disp.run(loopCtx) })
 	loops.Go(func() { f.monitor(loopCtx) })
+	loops.Go(func() { f.reasons.run(loopCtx) })
 	loops.Go(func() { f.wakesFromOthers(loopCtx) })
 	f.accepting.Store(true)
+	close(f.started)
 	f.disp.redrive() // the queue may hold jobs from before the start
 
 	<-ctx.Done()

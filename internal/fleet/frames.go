@@ -183,9 +183,7 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 	}
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
 	if m.Status == kiln.JobRunning {
-		err := f.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-			return store.Effects{}, tx.Jobs().Start(ctx, l)
-		})
+		err := f.cm.startJob(l)
 		if err == nil {
 			a.acked(m.JobID, m.LeaseEpoch, f)
 			f.acks.remove(l)
@@ -195,16 +193,36 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 	// The job ended: its open step logs are closed and indexed in the
 	// transaction that completes it.
 	chunks := a.endJob(m.JobID, m.LeaseEpoch, f.logs)
-	err := f.cm.completeJob(store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs}, chunks)
+	// The upload settle (B217, B218): the job's dependents are released by
+	// this completion, so it waits (bounded) for the cache and artifact
+	// uploads the job started, on any server. The committer checks for
+	// them in the batch's transaction (one read for many completions) and
+	// hands back a success that has some; it then waits here — blocking
+	// only this agent's reader, only while uploads are in flight — and is
+	// stored without another check.
+	settle := m.Status == kiln.JobSuccess && f.cfg.Settle != nil && f.cfg.Settle.Enabled()
+	// Complete-and-claim (B251): the agent's next job is claimed in the
+	// transaction that stores this end — after the settle, so no
+	// dependent is released, nor a next job sent, before it.
+	next := a.nextAsk(m.JobID, m.LeaseEpoch)
+	started := f.now()
+	done := store.Completion{Lease: l, Status: m.Status, Error: m.Error, Outputs: m.Outputs}
+	claimed, err := f.cm.completeJob(done, chunks, next, settle)
+	if errors.Is(err, errUnsettled) {
+		f.cfg.Settle.Wait(context.Background(), m.JobID) // bounded by its timeout
+		claimed, err = f.cm.completeJob(done, chunks, next, false)
+	}
 	if err == nil || refusal(err) {
-		if a.finish(m.JobID, m.LeaseEpoch) {
-			if a.oneJob {
-				// A scaler's agent took its one job: it drains and exits,
-				// and its scaler removes it.
-				_ = f.Drain(a.id)
-			} else {
-				f.disp.agentFree(a)
-			}
+		finished, held := a.swap(m.JobID, m.LeaseEpoch, claimed)
+		switch {
+		case finished && a.oneJob:
+			// A scaler's agent took its one job: it drains and exits,
+			// and its scaler removes it.
+			_ = f.Drain(a.id)
+		case len(held) > 0:
+			f.disp.claimedOnCompletion(a, held, f.now().Sub(started))
+		case finished:
+			f.disp.agentFree(a)
 		}
 	}
 	return c.answer(err, "job.status "+string(m.Status), m.JobID)

@@ -44,6 +44,7 @@ func (f *Fleet) monitor(ctx context.Context) {
 		}
 		f.dropHeldElsewhere(ctx)
 		f.leaveIfIsolated()
+		f.pushCoordinators()
 		f.retryLosses()
 		if now.Sub(lastRedrive) >= f.cfg.RedriveInterval {
 			lastRedrive = now

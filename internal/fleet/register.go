@@ -171,7 +171,7 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 			return store.Effects{}, err
 		}
 		if err := tx.Auth().UpsertAgent(ctx, store.AgentRecord{ID: m.AgentID, Labels: labels, TokenID: tk.ID,
-			Hostname: m.Hostname, Version: m.Version, Coordinator: f.cl.ID()}); err != nil {
+			Hostname: m.Hostname, Version: m.Version, Coordinator: f.cl.ID(), MaxJobs: m.MaxJobs}); err != nil {
 			return store.Effects{}, err
 		}
 		// Whatever the agent still held under this id enters recovery,
@@ -210,6 +210,9 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 		RecoveryWindowMS:       f.cfg.RecoveryWindow.Milliseconds(),
 		LeaseMarginMS:          f.cfg.LeaseMargin.Milliseconds(),
 		Coordinators:           f.cl.Coordinators()}
+	// Set before the agent is registered: the monitor compares it with
+	// the live set and sends the agent any change after this list (B139).
+	a.coordinators, a.sentCoordinators = ack.Coordinators, ack.Coordinators
 	for _, l := range rec.Kept {
 		a.jobs[l.JobID] = &heldJob{runID: runs[l.JobID], epoch: l.Epoch, sent: true, acked: true}
 		ack.Recovered = append(ack.Recovered, l.JobID)
@@ -219,7 +222,12 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	}
 	bound := ""
 	if s := f.cfg.Scaler; s != nil {
-		bound, a.oneJob = s.Registered(m.AgentID)
+		var limit kiln.Resources
+		bound, a.oneJob, limit = s.Registered(m.AgentID)
+		if a.oneJob {
+			// B198: it claims only the jobs its container or VM fits.
+			a.labels.Limit = limit
+		}
 		a.took = a.oneJob && len(rec.Kept) > 0
 	}
 	c.agent.Store(a)

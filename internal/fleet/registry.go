@@ -46,6 +46,15 @@ type agent struct {
 	// oneJob: a scaler's agent, which takes one job (took) and is then
 	// drained and removed.
 	oneJob, took bool
+	// coordinators is the list of live coordinators the agent is to have:
+	// register.ack's, then each change the monitor saw (B139).
+	coordinators []string
+
+	// pushMu orders the coordinators frames written to the agent, so the
+	// last one it reads is the newest list; sentCoordinators (guarded by
+	// pushMu) is the list it was last sent.
+	pushMu           sync.Mutex
+	sentCoordinators []string
 }
 
 // heldJob is one lease an agent holds.
@@ -323,4 +332,45 @@ func effectiveLabels(declared []string, os, arch string, mandatory kiln.Labels) 
 		}
 	}
 	return kiln.AgentLabels{Labels: kiln.NewLabels(declared...).Union(extra...), Mandatory: kiln.NewLabels(mandatory...)}
+}
+
+// nextAsk is the claim complete-and-claim makes for an agent whose job
+// (jobID under epoch) is ending: one job, for the slot this one frees — a
+// slot no other claim can take meanwhile, since the job holds it until
+// swap. nil when the agent must get nothing next: a scaler's single-use
+// agent, one draining, unhealthy, refusing work as full, being lost, or
+// not holding the job.
+func (a *agent) nextAsk(jobID string, epoch int64) *store.ClaimAsk {
+	if !a.live.Load() || a.lost.Load() || a.oneJob {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j := a.jobs[jobID]; j == nil || j.epoch != epoch || a.draining || a.drainAsked || a.unhealthy || a.full {
+		return nil
+	}
+	return &store.ClaimAsk{AgentID: a.id, Labels: a.labels, Slots: 1}
+}
+
+// swap ends the agent's job and records the leases of the jobs claimed
+// in the transaction that ended it, at once: the slot passes from one job
+// to the next without a moment free for another claim. It reports whether
+// the agent held the ending job, and the claimed jobs it recorded (none
+// for an agent being lost, whose loss, committed after the claim, covers
+// them).
+func (a *agent) swap(jobID string, epoch int64, next []store.Claimed) (finished bool, held []store.Claimed) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j := a.jobs[jobID]; j != nil && j.epoch == epoch {
+		delete(a.jobs, jobID)
+		a.full = false
+		finished = true
+	}
+	if a.lost.Load() {
+		return finished, nil
+	}
+	for _, c := range next {
+		a.jobs[c.JobID] = &heldJob{runID: c.RunID, epoch: c.Epoch, attempt: c.Attempt, ackDeadline: c.AckDeadline}
+	}
+	return finished, next
 }

@@ -35,6 +35,12 @@ type Stats struct {
 	// Batches are the transactions the committer ran, BatchedOps the store
 	// operations in them.
 	Batches, BatchedOps uint64
+	// ClaimedOnCompletion counts jobs claimed in the transaction that
+	// committed their agent's previous job's end (complete-and-claim).
+	ClaimedOnCompletion uint64
+	// ClaimedWithRun counts jobs claimed in the transaction that created
+	// their run (ClaimInline).
+	ClaimedWithRun uint64
 }
 
 // Latency summarizes durations: count, sum, max, and a histogram whose
@@ -87,7 +93,7 @@ var frameTypes = []string{proto.TypeAuth, proto.TypeRegister, proto.TypeHeartbea
 
 type counters struct {
 	connects, dispatched, logLines, staleRefused, rateLimited, unauthRefused atomic.Uint64
-	batches, batchedOps                                                      atomic.Uint64
+	batches, batchedOps, claimedOnCompletion, claimedWithRun                 atomic.Uint64
 	dispatchLatency, ackLatency, claimLatency                                latency
 	frames                                                                   [10]atomic.Uint64
 
@@ -122,6 +128,7 @@ func (f *Fleet) Stats() Stats {
 		LogLines:     c.logLines.Load(), StaleRefused: c.staleRefused.Load(), RateLimitCloses: c.rateLimited.Load(),
 		UnauthenticatedRefused: c.unauthRefused.Load(),
 		Batches:                c.batches.Load(), BatchedOps: c.batchedOps.Load(),
+		ClaimedOnCompletion: c.claimedOnCompletion.Load(), ClaimedWithRun: c.claimedWithRun.Load(),
 		Frames: map[string]uint64{}, Disconnects: map[string]uint64{}}
 	s.Connections, s.Agents = f.reg.counts()
 	for i, t := range frameTypes {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kilnci/kiln"
 )
@@ -208,13 +210,39 @@ func (r request) describe() string { return r.method + " " + r.path }
 func forgeMessage(raw []byte) string {
 	var e struct {
 		Message string `json:"message"`
+		// GitHub's 422 "Validation Failed" says what failed here, as
+		// objects with a message or as plain strings.
+		Errors []json.RawMessage `json:"errors"`
 	}
 	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
 		return ""
 	}
-	m := strings.Join(strings.Fields(e.Message), " ")
-	if len(m) > 200 {
-		m = m[:200] + "…"
+	if len(e.Errors) > 0 {
+		var first struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(e.Errors[0], &first) != nil {
+			_ = json.Unmarshal(e.Errors[0], &first.Message)
+		}
+		if first.Message != "" {
+			e.Message += ": " + first.Message
+		}
+	}
+	// The forge's words reach logs, the event log and terminals: no
+	// control or formatting characters (an escape sequence, a bidi
+	// override), one line, at most 200 runes (B136).
+	m := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && !unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, e.Message)
+	m = strings.Join(strings.Fields(m), " ")
+	if r := []rune(m); len(r) > 200 {
+		m = string(r[:200]) + "…"
+	}
+	if m == "" {
+		return ""
 	}
 	return " (" + m + ")"
 }

@@ -125,13 +125,7 @@ func (g *generic) Resolve(ctx context.Context, _, ref string) (string, error) {
 	if err != nil {
 		return "", kiln.Errorf(kiln.CodeUnavailable, "could not list the refs of %s", g.cfg.CloneURL)
 	}
-	best, bestRank := "", 0
-	for _, line := range strings.Split(string(out), "\n") {
-		sha, name, ok := strings.Cut(line, "\t")
-		if r := want[name]; ok && r > bestRank && checkSHA(sha) == nil {
-			best, bestRank = sha, r
-		}
-	}
+	best := pickLsRemote(out, want)
 	if best == "" {
 		return "", kiln.Errorf(kiln.CodeNotFound, "%s has no branch or tag %q", g.cfg.CloneURL, ref)
 	}

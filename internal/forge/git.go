@@ -177,7 +177,7 @@ func parseLsTree(out []byte) ([]contentEntry, map[string]string) {
 			continue
 		}
 		f := strings.Fields(meta) // mode type oid size
-		if len(f) != 4 {
+		if len(f) != 4 || p == "" {
 			continue
 		}
 		e := contentEntry{Name: path.Base(p), Path: p}
@@ -185,8 +185,13 @@ func parseLsTree(out []byte) ([]contentEntry, map[string]string) {
 		case f[0] == "120000":
 			e.Type = "symlink"
 		case f[1] == "blob":
-			e.Type = "file"
-			e.Size, _ = strconv.ParseInt(f[3], 10, 64)
+			// A blob's size is a number; anything else is no listing
+			// git makes, and the record is skipped (B137).
+			size, err := strconv.ParseInt(f[3], 10, 64)
+			if err != nil || size < 0 {
+				continue
+			}
+			e.Type, e.Size = "file", size
 		default:
 			e.Type = "dir"
 		}
@@ -208,6 +213,15 @@ func (g gitRepo) catBlobs(ctx context.Context, oids []string, total int64) (map[
 	if err != nil {
 		return nil, err
 	}
+	return parseCatFileBatch(out)
+}
+
+// parseCatFileBatch reads `git cat-file --batch` output: per object a
+// header "oid type size", size bytes and a newline. Anything else — a
+// missing object, a size that is not one or runs past the output, a
+// record not ended by its newline — is an error (B137).
+func parseCatFileBatch(out []byte) (map[string][]byte, error) {
+	blobs := map[string][]byte{}
 	for len(out) > 0 {
 		hdr, rest, ok := bytes.Cut(out, []byte("\n"))
 		f := strings.Fields(string(hdr)) // oid type size, or oid missing
@@ -215,8 +229,8 @@ func (g gitRepo) catBlobs(ctx context.Context, oids []string, total int64) (map[
 			return nil, fmt.Errorf("git cat-file: unexpected %q", firstLine(string(hdr)))
 		}
 		n, err := strconv.Atoi(f[2])
-		if err != nil || n < 0 || n+1 > len(rest) {
-			return nil, fmt.Errorf("git cat-file: bad size in %q", hdr)
+		if err != nil || n < 0 || n >= len(rest) || rest[n] != '\n' {
+			return nil, fmt.Errorf("git cat-file: bad size in %q", firstLine(string(hdr)))
 		}
 		blobs[f[0]] = rest[:n:n]
 		out = rest[n+1:]
@@ -253,12 +267,7 @@ func (g gitRepo) diff(ctx context.Context, revs ...string) ([]string, bool, erro
 	if err != nil {
 		return nil, false, fmt.Errorf("list changed files: %w", err)
 	}
-	var files []string
-	for _, f := range strings.Split(string(out), "\x00") {
-		if f != "" {
-			files = append(files, f)
-		}
-	}
+	files := parseNameList(out)
 	if len(files) > MaxChangedFiles {
 		return nil, false, nil
 	}
@@ -285,4 +294,31 @@ func firstLine(s string) string {
 		s = s[:200]
 	}
 	return s
+}
+
+// parseNameList reads NUL-separated file names (`git diff --name-only
+// -z`), dropping empty ones.
+func parseNameList(out []byte) []string {
+	var files []string
+	for _, f := range strings.Split(string(out), "\x00") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
+// pickLsRemote picks from `git ls-remote` output ("sha<TAB>ref" lines,
+// from a repository kiln does not control) the commit id of the best
+// ranked ref in rank (higher wins), or "" when none is listed with a valid
+// commit id.
+func pickLsRemote(out []byte, rank map[string]int) string {
+	best, bestRank := "", 0
+	for _, line := range strings.Split(string(out), "\n") {
+		sha, name, ok := strings.Cut(line, "\t")
+		if r := rank[name]; ok && r > bestRank && checkSHA(sha) == nil {
+			best, bestRank = sha, r
+		}
+	}
+	return best
 }

@@ -29,6 +29,10 @@ type gitHub struct {
 	tokens func(ctx context.Context) (string, time.Time, error)
 	app    *appTokens // nil for a token source
 	clone  *CloneConfig
+	// postChecks: post check runs instead of commit statuses (an App
+	// source with "checks": true); checks remembers their ids.
+	postChecks bool
+	checks     checkIDs
 }
 
 func newGitHub(name string, c *GitHubConfig, o Options) (*gitHub, error) {
@@ -40,7 +44,7 @@ func newGitHub(name string, c *GitHubConfig, o Options) (*gitHub, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gitHub{name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone}
+	g := &gitHub{name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone, postChecks: c.Checks && c.App != nil}
 	g.api = &apiClient{
 		forge: "GitHub", base: base, hc: o.HTTPClient, maxBody: o.MaxResponseBytes, now: o.Now,
 		headers: map[string]string{"Accept": gitHubMediaType, "X-GitHub-Api-Version": gitHubAPIVersion},
@@ -169,8 +173,26 @@ func (g *gitHub) Resolve(ctx context.Context, repo, ref string) (string, error) 
 	return sha, nil
 }
 
+// PostStatus posts st as a commit status or, for a source that posts
+// check runs and an update that carries one, as a check run. A check run
+// GitHub refuses for good (403: the App lacks checks: write; 422) is
+// posted as a commit status instead, answered with *ChecksRefused.
 func (g *gitHub) PostStatus(ctx context.Context, repo, sha string, st Status) error {
-	return postStatus(ctx, g.api, repo, sha, st)
+	if !g.postChecks || st.Check == nil {
+		return postStatus(ctx, g.api, repo, sha, st)
+	}
+	err := g.postCheck(ctx, repo, sha, st)
+	if !checksRefused(err) {
+		return err
+	}
+	reason := kiln.ErrorMessage(err)
+	if kiln.ErrorCode(err) == kiln.CodeForbidden {
+		reason += " (check runs need the GitHub App's checks: write permission)"
+	}
+	if serr := postStatus(ctx, g.api, repo, sha, st); serr != nil {
+		return serr
+	}
+	return &ChecksRefused{Reason: reason}
 }
 
 // postStatus is the same call on GitHub and Gitea: POST

@@ -129,9 +129,12 @@ func NewRepo(src *Source, opts Options) (Repo, error) {
 }
 
 // isWorkflowFile reports whether a directory entry's name is a workflow.
+// The name comes from the forge's answer: one with a slash (or a
+// backslash, or NUL) is no entry of this directory.
 func isWorkflowFile(name string) bool {
 	ext := path.Ext(name)
-	return (ext == ".yml" || ext == ".yaml") && !strings.HasPrefix(name, ".") && len(name) > len(ext)
+	return (ext == ".yml" || ext == ".yaml") && !strings.HasPrefix(name, ".") && len(name) > len(ext) &&
+		!strings.ContainsAny(name, "/\\\x00")
 }
 
 // changePlan is what a forge has to compare to list an event's changed

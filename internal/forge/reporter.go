@@ -59,6 +59,11 @@ type ReporterConfig struct {
 	PostTimeout time.Duration // one post's deadline
 	Clock       Clock
 	Logger      *slog.Logger
+	// Fallback, when set, hears of every update posted as a commit status
+	// because GitHub refused its check run (*ChecksRefused), with why; the
+	// server records the reason on the run. Called from a post's
+	// goroutine.
+	Fallback func(sourceKey string, st Status, reason string)
 }
 
 func (c ReporterConfig) withDefaults() ReporterConfig {
@@ -96,8 +101,10 @@ func (c ReporterConfig) withDefaults() ReporterConfig {
 // or failing forge never holds up a run.
 //
 // Updates are keyed by (source, repo, sha, context) and only the latest of
-// a key is kept. A pending update waits Debounce for newer ones, so a key is
-// posted at most once per Debounce while a run progresses; a terminal
+// a key is kept. A key's first pending update is posted at once, so even a
+// run of a second shows pending on the forge; after a post, a pending
+// update waits until Debounce has passed since it for newer ones, so a key
+// is posted at most once per Debounce while a run progresses; a terminal
 // update (success, failure, error) replaces whatever is waiting and is
 // posted at once. A key is never posted twice concurrently, so statuses
 // reach the forge in the order they were reported. Failed posts are retried
@@ -118,6 +125,7 @@ type StatusReporter struct {
 
 	mu      sync.Mutex
 	entries map[statusKey]*statusEntry
+	recent  map[statusKey]time.Time // when a key was last posted, kept for Debounce
 	seq     uint64
 	stats   ReporterStats
 }
@@ -128,6 +136,9 @@ type ReporterStats struct {
 	Posted  uint64 // posts the forge accepted
 	Failed  uint64 // updates given up after errors
 	Dropped uint64 // updates evicted by a full queue
+	// ChecksRefused counts updates posted as commit statuses because
+	// GitHub refused their check runs (they count as Posted too).
+	ChecksRefused uint64
 }
 
 type statusKey struct{ source, repo, sha, context string }
@@ -155,6 +166,7 @@ func NewStatusReporter(lookup PosterLookup, cfg ReporterConfig) *StatusReporter 
 		lookup: lookup, cfg: cfg.withDefaults(),
 		wake:    make(chan struct{}, 1),
 		entries: map[statusKey]*statusEntry{},
+		recent:  map[statusKey]time.Time{},
 	}
 }
 
@@ -171,7 +183,11 @@ func (r *StatusReporter) Report(sourceKey, repo, sha string, st Status) {
 			return
 		}
 		r.seq++
-		e = &statusEntry{key: k, seq: r.seq, due: now.Add(r.cfg.Debounce)}
+		due := now
+		if last, ok := r.recent[k]; ok && now.Sub(last) < r.cfg.Debounce {
+			due = last.Add(r.cfg.Debounce)
+		}
+		e = &statusEntry{key: k, seq: r.seq, due: due}
 		r.entries[k] = e
 	} else if !e.st.State.Terminal() && !st.State.Terminal() && !e.inflight {
 		// Another pending update inside the debounce window: keep its due time.
@@ -329,7 +345,22 @@ func (r *StatusReporter) post(ctx context.Context, job postJob) error {
 	if err != nil {
 		return err
 	}
-	return p.PostStatus(ctx, job.key.repo, job.key.sha, job.st)
+	err = p.PostStatus(ctx, job.key.repo, job.key.sha, job.st)
+	var refused *ChecksRefused
+	if !errors.As(err, &refused) {
+		return err
+	}
+	// The update reached GitHub as a commit status: posted, and why not
+	// as a check run is logged and handed on.
+	r.mu.Lock()
+	r.stats.ChecksRefused++
+	r.mu.Unlock()
+	r.cfg.Logger.Warn("check run refused; posted a commit status instead", "source", job.key.source, "repo", job.key.repo,
+		"sha", job.key.sha, "context", job.key.context, "reason", refused.Reason)
+	if r.cfg.Fallback != nil {
+		r.cfg.Fallback(job.key.source, job.st, refused.Reason)
+	}
+	return nil
 }
 
 // finish records a post's outcome.
@@ -339,6 +370,7 @@ func (r *StatusReporter) finish(res postResult) {
 	defer r.mu.Unlock()
 	if res.err == nil {
 		r.stats.Posted++
+		r.remember(res.key, now)
 	}
 	e := r.entries[res.key]
 	if e == nil {
@@ -369,6 +401,19 @@ func (r *StatusReporter) finish(res postResult) {
 	}
 	e.due = now.Add(wait)
 	e.holdOff = e.due
+}
+
+// remember notes that key was posted at now, forgetting the keys posted
+// longer than Debounce ago once there are many. Called with mu.
+func (r *StatusReporter) remember(key statusKey, now time.Time) {
+	if len(r.recent) >= r.cfg.QueueSize {
+		for k, at := range r.recent {
+			if now.Sub(at) >= r.cfg.Debounce {
+				delete(r.recent, k)
+			}
+		}
+	}
+	r.recent[key] = now
 }
 
 func (r *StatusReporter) backoff(attempt int) time.Duration {

@@ -42,6 +42,10 @@ type GitHubConfig struct {
 	// Clone is the read-only credential agents clone with (a token
 	// source's; a GitHub App mints its own).
 	Clone *CloneConfig `json:"clone,omitempty"`
+	// Checks posts a GitHub check run per workflow and event instead of a
+	// commit status (kiln sources add --checks). Only a GitHub App may: it
+	// needs the checks: write permission.
+	Checks bool `json:"checks,omitempty"`
 }
 
 // GitHubApp names a GitHub App installation; kiln mints a JWT with the
@@ -168,6 +172,8 @@ func (c *GitHubConfig) validate() error {
 		return kiln.Errorf(kiln.CodeInvalid, "give either a token or a GitHub App, not both")
 	case c.Token == "" && c.App == nil:
 		return kiln.Errorf(kiln.CodeInvalid, "a token or a GitHub App is needed to read workflow files and post statuses")
+	case c.Checks && c.App == nil:
+		return kiln.Errorf(kiln.CodeInvalid, "checks (--checks) needs a GitHub App source: GitHub lets only Apps create check runs; a token source posts commit statuses")
 	case c.App != nil && c.Clone != nil:
 		return kiln.Errorf(kiln.CodeInvalid, "a GitHub App source takes no clone credential: it mints a read-only token for each checkout")
 	case c.App != nil:

@@ -42,13 +42,16 @@ func StateFor(st kiln.RunStatus) State {
 // MaxDescription is GitHub's limit on a status description, in characters.
 const MaxDescription = 140
 
-// Status is one commit status: kiln posts one per workflow, with Context
-// "kiln/<workflow>".
+// Status is one commit status: kiln posts one per workflow and event, with
+// Context "kiln/<workflow> (<event>)".
 type Status struct {
 	State       State  `json:"state"`
 	Context     string `json:"context"`
 	Description string `json:"description,omitempty"`
 	TargetURL   string `json:"target_url,omitempty"`
+	// Check is the check run a GitHub App source with checks on posts
+	// instead; other sources post the status and ignore it.
+	Check *CheckRun `json:"-"`
 }
 
 // normalize validates st and trims the description to MaxDescription

@@ -59,15 +59,16 @@ func (p *Processor) record(ctx context.Context, source, kind, event string, body
 	if err != nil {
 		return 0, err
 	}
-	id, _, err := p.db.Ingress().Record(ctx, store.NewDelivery{
+	nd := store.NewDelivery{
 		Source: st.ID, Event: event, Body: raw, Headers: map[string]string{headerKind: kind},
 		Owner: p.owner, ClaimFor: p.cfg.ClaimLease,
-	})
+	}
+	id, _, err := p.db.Ingress().Record(ctx, nd)
 	if err != nil {
 		return 0, err
 	}
 	p.recorded(st.Name, event, false)
-	p.Notify(id)
+	p.notify(id, nd)
 	return id, nil
 }
 

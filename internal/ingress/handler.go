@@ -58,11 +58,12 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 		sum := sha256.Sum256(d.Body)
 		bodyHash = hex.EncodeToString(sum[:])
 	}
-	id, dup, err := p.db.Ingress().Record(r.Context(), store.NewDelivery{
+	nd := store.NewDelivery{
 		Source: st.ID, DeliveryID: dedup, BodyHash: bodyHash, Event: d.Event, Body: d.Body,
 		Headers: map[string]string{headerKind: string(kind), "delivery": d.ID},
 		Owner:   p.owner, ClaimFor: p.cfg.ClaimLease,
-	})
+	}
+	id, dup, err := p.db.Ingress().Record(r.Context(), nd)
 	if err != nil {
 		p.log.Error("webhook: recording the delivery failed", "source", name, "err", err)
 		p.refuse(w, kiln.Errorf(kiln.CodeUnavailable, "the delivery could not be stored; please redeliver"))
@@ -73,7 +74,7 @@ func (p *Processor) Webhook(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, map[string]any{"delivery": id, "duplicate": true})
 		return
 	}
-	p.Notify(id)
+	p.notify(id, nd)
 	writeJSON(w, http.StatusAccepted, map[string]any{"delivery": id, "status": "accepted"})
 }
 

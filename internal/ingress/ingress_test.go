@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +235,7 @@ func TestInvalidWorkflowIsRecordedWithTheLintErrors(t *testing.T) {
 	})
 }
 
-// Proves B8 (docs/behaviours.md).
+// Proves B8, B134 (docs/behaviours.md).
 func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, f *fixture) {
 		ctx := context.Background()
@@ -251,6 +252,10 @@ func TestDeliveryOfADeadServerIsTakenOverExactlyOnce(t *testing.T) {
 		d := f.finished(t, id)       // and this processor's poll takes the delivery over
 		if d.Status != kiln.DeliveryProcessed || len(d.RunIDs) != 1 {
 			t.Fatalf("taken-over delivery: %s %q", d.Status, d.Message)
+		}
+		// B134: the dead server's attempt counts; the takeover is the second.
+		if d.Attempts != 2 {
+			t.Fatalf("taken-over delivery: %d attempts, want 2", d.Attempts)
 		}
 		// The dead server cannot finish it again.
 		if err := f.db.Ingress().Finish(ctx, id, "dead-server", kiln.DeliveryProcessed, "", nil); kiln.ErrorCode(err) != kiln.CodeConflict {
@@ -289,6 +294,25 @@ func TestSignedBodyReplayedUnderANewDeliveryIDIsADuplicate(t *testing.T) {
 		}
 		if runs, _ := f.db.Runs().List(context.Background(), store.RunFilter{Limit: 10}); len(runs) != 1 {
 			t.Fatalf("%d runs after replays", len(runs))
+		}
+	})
+}
+
+// A delivery is handed to the workers as recorded, without being read back;
+// one whose body is larger than handBodyMax is read back by the worker,
+// and both become runs.
+func TestLargeAndSmallDeliveriesAreProcessed(t *testing.T) {
+	forEach(t, func(t *testing.T, f *fixture) {
+		small := payload(t, "push.with-new-branch.payload.json")
+		large := append(slices.Clone(small), strings.Repeat(" ", handBodyMax)...)
+		for i, body := range [][]byte{small, large} {
+			code, out := f.send(t, "push", fmt.Sprintf("size-%d", i), body, "")
+			if code != http.StatusAccepted {
+				t.Fatalf("status %d: %v", code, out)
+			}
+			if d := f.finished(t, deliveryID(t, out)); d.Status != kiln.DeliveryProcessed || len(d.RunIDs) != 1 {
+				t.Fatalf("delivery of %d bytes: %s %q runs %v", len(body), d.Status, d.Message, d.RunIDs)
+			}
 		}
 	})
 }

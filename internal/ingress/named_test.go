@@ -24,13 +24,13 @@ func TestDispatchNamesAWorkflowByPathOrBaseName(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{tr.Workflow, "deploy.yml", "deploy", ".kiln/workflows/deploy.yml"} {
-		wfs, _, problems := parse(files, name)
+		wfs, _, problems := (&parseCache{}).parseAll(files, name)
 		if len(wfs) != 1 || wfs[0].File != ".kiln/workflows/deploy.yml" || len(problems) > 0 {
 			t.Errorf("dispatch of %q selects %d workflows (%v)", name, len(wfs), problems)
 		}
 	}
 	for _, name := range []string{"deploy.yaml", "ship", "workflows/deploy.yml", "eploy.yml"} {
-		if wfs, _, _ := parse(files, name); len(wfs) != 0 {
+		if wfs, _, _ := (&parseCache{}).parseAll(files, name); len(wfs) != 0 {
 			t.Errorf("dispatch of %q selects %s", name, wfs[0].File)
 		}
 	}

@@ -22,6 +22,12 @@ type outcome struct {
 	status  kiln.DeliveryStatus
 	message string
 	start   *engine.StartRequest
+	// invalid is set for invalid_workflow: the event and the lint errors,
+	// for Config.Invalid.
+	invalid *InvalidWorkflows
+	// schedules, when not nil, replace the repository's registered
+	// schedules (a push to the default branch), in the same transaction.
+	schedules *scheduleSet
 }
 
 // permanent marks an error that retrying cannot fix (a malformed payload).
@@ -88,13 +94,26 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 		}
 		return outcome{}, err
 	}
-	wfs, contents, problems := parse(files, req.workflow)
+	wfs, contents, problems := p.parsed.parseAll(files, req.workflow)
 	if len(problems) > 0 {
-		return outcome{status: kiln.DeliveryInvalidWorkflow, message: clip(strings.Join(problems, "\n"), 16<<10)}, nil
+		msgs := make([]string, len(problems))
+		for i, e := range problems {
+			msgs[i] = e.Error()
+		}
+		return outcome{status: kiln.DeliveryInvalidWorkflow, message: clip(strings.Join(msgs, "\n"), 16<<10),
+			invalid: &InvalidWorkflows{Source: d.Source, Event: ev, Errors: problems}}, nil
 	}
-	if err := p.registerSchedules(ctx, d.Source, ev, wfs, contents); err != nil {
-		return outcome{}, err
-	}
+	// The default branch's schedules are replaced in the transaction that
+	// finishes the delivery, with its runs: one commit less before the
+	// first job reaches an agent.
+	out, err = p.matchWorkflows(ctx, repo, ev, req, fork, forkSource, wfs, contents)
+	out.schedules = p.schedulesOf(d.Source, ev, wfs, contents)
+	return out, err
+}
+
+// matchWorkflows decides what the delivery's parsed workflows start.
+func (p *Processor) matchWorkflows(ctx context.Context, repo forge.Repo, ev *kiln.Event, req *request, fork forkRules, forkSource store.Source,
+	wfs []*workflow.Workflow, contents map[string][]byte) (outcome, error) {
 	if len(wfs) == 0 {
 		what := "no workflows in .kiln/workflows"
 		if req.workflow != "" {
@@ -114,7 +133,7 @@ func (p *Processor) handle(ctx context.Context, d store.Delivery) (outcome, erro
 			ev.ChangedFilesStatus = kiln.ChangedFilesUnavailable
 		}
 	}
-	out, err = p.match(wfs, contents, req)
+	out, err := p.match(wfs, contents, req)
 	if err != nil || out.start == nil || ev.Fork == nil {
 		return out, err
 	}
@@ -214,23 +233,29 @@ func (p *Processor) request(ctx context.Context, fs *forge.Source, repo forge.Re
 	return nil, outcome{}, permanent{fmt.Errorf("unknown delivery kind %q", d.Headers[headerKind])}
 }
 
-// parse validates every workflow file; one broken file makes the whole
-// delivery invalid (nothing runs), with every lint error listed.
-func parse(files []forge.WorkflowFile, only string) ([]*workflow.Workflow, map[string][]byte, []string) {
+// parseAll validates every workflow file; one broken file makes the whole
+// delivery invalid (nothing runs), with every lint error listed. A file
+// that cannot be read at all is one error at its line 1.
+func (c *parseCache) parseAll(files []forge.WorkflowFile, only string) ([]*workflow.Workflow, map[string][]byte, workflow.ErrorList) {
 	var wfs []*workflow.Workflow
 	contents := map[string][]byte{}
-	var problems []string
+	var problems workflow.ErrorList
 	for _, f := range files {
 		if only != "" && !named(f.Path, only) {
 			continue
 		}
 		if f.Err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s", f.Path, kiln.ErrorMessage(f.Err)))
+			problems = append(problems, &workflow.Error{File: f.Path, Line: 1, Col: 1, Msg: kiln.ErrorMessage(f.Err)})
 			continue
 		}
-		wf, err := workflow.Parse(f.Path, f.Content)
-		if err != nil {
-			problems = append(problems, err.Error())
+		wf, err := c.parse(f.Path, f.Content)
+		var list workflow.ErrorList
+		switch {
+		case errors.As(err, &list):
+			problems = append(problems, list...)
+			continue
+		case err != nil:
+			problems = append(problems, &workflow.Error{File: f.Path, Line: 1, Col: 1, Msg: err.Error()})
 			continue
 		}
 		wfs = append(wfs, wf)

@@ -161,20 +161,35 @@ func (s *Scheduler) trigger(ctx context.Context, sc store.Schedule) (*workflow.W
 	return nil, nil, fmt.Errorf("no schedule %q (%s) in the workflow", sc.Cron, sc.Timezone)
 }
 
-// registerSchedules records the schedules of the default branch's
-// workflows after a push to it, replacing the previous ones.
-func (p *Processor) registerSchedules(ctx context.Context, source string, ev *kiln.Event, wfs []*workflow.Workflow, contents map[string][]byte) error {
+// scheduleSet is the schedules of a repository's default branch, to
+// register in place of the previous ones.
+type scheduleSet struct {
+	source, repository string
+	list               []store.Schedule
+}
+
+// schedulesOf returns the schedules of the default branch's workflows after
+// a push to it (nil for any other event: the registered ones stay).
+func (p *Processor) schedulesOf(source string, ev *kiln.Event, wfs []*workflow.Workflow, contents map[string][]byte) *scheduleSet {
 	if ev.Name != kiln.EventPush || ev.DefaultBranch == "" || ev.Branch != ev.DefaultBranch {
 		return nil
 	}
-	var list []store.Schedule
+	set := &scheduleSet{source: source, repository: ev.Repository}
 	for _, wf := range wfs {
 		for _, t := range wf.On.Schedule {
-			list = append(list, store.Schedule{
+			set.list = append(set.list, store.Schedule{
 				Source: source, Repository: ev.Repository, File: wf.File, Hash: wf.Hash, Content: contents[wf.File],
 				Cron: t.Cron, Timezone: t.Timezone.String(), Branch: ev.Branch, SHA: ev.SHA, CloneURL: ev.CloneURL,
 			})
 		}
 	}
-	return p.db.Cluster().ReplaceSchedules(ctx, source, ev.Repository, list)
+	return set
+}
+
+// register replaces the registered schedules within tx (nil: nothing to do).
+func (s *scheduleSet) register(ctx context.Context, tx *store.Tx) error {
+	if s == nil {
+		return nil
+	}
+	return tx.Cluster().ReplaceSchedules(ctx, s.source, s.repository, s.list)
 }

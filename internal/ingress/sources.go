@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/forge"
@@ -12,12 +15,25 @@ import (
 )
 
 // Sources resolves configured sources and keeps one forge.Repo per source,
-// so the per-commit workflow cache is shared by every delivery.
+// so the per-commit workflow cache is shared by every delivery, and so
+// dispatch does not read a source's row for every job it sends
+// (sourcecache.go says when a cached source is trusted).
 type Sources struct {
 	db   *store.DB
 	opts forge.Options
+	log  *slog.Logger
 
-	mu    sync.Mutex
+	now   func() time.Time
+	trust time.Duration // SourceTrust
+	// shared: other servers write the sources too (PostgreSQL), so an
+	// entry is trusted only while Listen hears their writes.
+	shared    bool
+	listening atomic.Bool
+
+	mu sync.Mutex
+	// gen counts invalidations: a row read that began before one may be
+	// older than the write, and is not trusted.
+	gen   uint64
 	repos map[string]cachedRepo // by source id
 }
 
@@ -26,14 +42,25 @@ type cachedRepo struct {
 	config  string // two updates within a millisecond share updated
 	src     *forge.Source
 	repo    forge.Repo
+	checked time.Time // when the row was last read and matched
+	stale   bool      // invalidated since: read the row before using it
 }
 
 // workflowCacheBytes bounds the per-source cache of workflow files.
 const workflowCacheBytes = 16 << 20
 
-// NewSources returns a resolver over the store's sources.
+// NewSources returns a resolver over the store's sources. Every write of
+// a source through db drops its entry before the write returns (for as
+// long as db is open); Listen hears the other servers' writes.
 func NewSources(db *store.DB, opts forge.Options) *Sources {
-	return &Sources{db: db, opts: opts, repos: map[string]cachedRepo{}}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Sources{db: db, opts: opts, log: log, now: time.Now, trust: SourceTrust,
+		shared: db.Dialect() == "postgres", repos: map[string]cachedRepo{}}
+	db.WatchSources(s.Forget)
+	return s
 }
 
 // Decode turns a stored source into its forge configuration.
@@ -66,32 +93,4 @@ func (s *Sources) ByName(ctx context.Context, name string) (store.Source, *forge
 	}
 	fs, err := Decode(st)
 	return st, fs, err
-}
-
-// Repo returns the forge client of a source (by id), rebuilt when the
-// source's configuration changed.
-func (s *Sources) Repo(ctx context.Context, id string) (*forge.Source, forge.Repo, error) {
-	st, err := s.db.Sources().Get(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.mu.Lock()
-	c, ok := s.repos[id]
-	s.mu.Unlock()
-	if ok && c.updated == st.UpdatedAt.UnixNano() && c.config == string(st.Config) {
-		return c.src, c.repo, nil
-	}
-	fs, err := Decode(st)
-	if err != nil {
-		return nil, nil, err
-	}
-	repo, err := forge.NewRepo(fs, s.opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	repo = forge.WithWorkflowCache(repo, workflowCacheBytes)
-	s.mu.Lock()
-	s.repos[id] = cachedRepo{updated: st.UpdatedAt.UnixNano(), config: string(st.Config), src: fs, repo: repo}
-	s.mu.Unlock()
-	return fs, repo, nil
 }

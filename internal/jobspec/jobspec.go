@@ -47,13 +47,20 @@ type Checkout struct {
 // when the job's needs are met, kept in the job so that releasing it needs
 // no workflow and no I/O inside the store's transaction.
 type Plan struct {
-	If          string   `json:"if,omitempty"`
-	RunsOn      []string `json:"runs_on,omitempty"` // set only when runs_on or exclude_labels hold expressions
-	Exclude     []string `json:"exclude,omitempty"`
+	If      string   `json:"if,omitempty"`
+	RunsOn  []string `json:"runs_on,omitempty"` // set only when runs_on or exclude_labels hold expressions
+	Exclude []string `json:"exclude,omitempty"`
+	// CPUs and Memory are the job's resources (a CPU amount like 2000m, a
+	// size in bytes, or an expression's source text), set with RunsOn
+	// when any of them holds an expression: the requirement is then made
+	// at release.
+	CPUs        string   `json:"cpus,omitempty"`
+	Memory      string   `json:"memory,omitempty"`
 	WorkflowEnv []Var    `json:"workflow_env,omitempty"`
 	JobEnv      []Var    `json:"job_env,omitempty"`
-	Matrix      []Var    `json:"matrix,omitempty"` // key and value template, in order
-	Needs       []string `json:"needs,omitempty"`  // the job ids this job needs
+	Matrix      []Var    `json:"matrix,omitempty"`  // key and value template, in order
+	Needs       []string `json:"needs,omitempty"`   // the job ids this job needs
+	Timeout     string   `json:"timeout,omitempty"` // a job timeout written as an expression
 	Workflow    string   `json:"workflow"`
 	// Attempt is the run's attempt: 1, or one more than the run it reruns.
 	Attempt int `json:"attempt"`

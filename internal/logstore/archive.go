@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,10 +38,15 @@ const (
 	archiveTimeout = 30 * time.Second
 )
 
-// segment is one shipped piece of a step's log: the lines first..last.
+// segment is one shipped piece of a step's log: the lines first..last,
+// size bytes. A segment this version ships is dense: it holds every line
+// of first..last the agent sent (a seq it skipped aside), because the
+// shipper cuts a segment where the seqs jump (denseRun); so its range says
+// which lines the archive has.
 type segment struct {
 	key         string
 	first, last uint64
+	size        int64
 }
 
 // ArchivePrefix is the storage key prefix of a run's logs (retention
@@ -88,6 +94,7 @@ func (s *Store) segments(ctx context.Context, r Ref) ([]segment, error) {
 		}
 		for _, o := range objs {
 			if seg, ok := parseSegment(o.Key, prefix); ok {
+				seg.size = o.Size
 				out = append(out, seg)
 			}
 			after = o.Key
@@ -105,33 +112,6 @@ func (s *Store) archivedLast(ctx context.Context, r Ref) (uint64, error) {
 		return 0, err
 	}
 	return segs[len(segs)-1].last, nil
-}
-
-// readArchive appends to out the archived lines of r with seq > after, up
-// to limit lines in all, and returns the highest seq the archive holds.
-func (s *Store) readArchive(ctx context.Context, r Ref, after uint64, limit int, out []Line) ([]Line, uint64, error) {
-	segs, err := s.segments(ctx, r)
-	if err != nil || len(segs) == 0 {
-		return out, 0, err
-	}
-	for _, seg := range segs {
-		if seg.last <= after || len(out) >= limit {
-			continue
-		}
-		body, _, err := s.archive.Get(ctx, seg.key)
-		if errors.Is(err, storage.ErrNotFound) {
-			continue // deleted by retention meanwhile
-		}
-		if err != nil {
-			return out, 0, fmt.Errorf("logstore: read %s: %w", seg.key, err)
-		}
-		out, err = scanLines(body, after, limit, out)
-		body.Close()
-		if err != nil {
-			return out, 0, fmt.Errorf("logstore: read %s: %w", seg.key, err)
-		}
-	}
-	return out, segs[len(segs)-1].last, nil
 }
 
 // archivedSteps adds the steps shipped for a job's attempt to set.
@@ -180,15 +160,17 @@ func (s *Store) markDirty(r Ref, closed bool) {
 }
 
 // Run ships logs to the archive until ctx ends: the new lines of running
-// steps every ShipInterval, a finished step's at once, and at start what
-// the files of a previous process hold beyond what was shipped. It
-// returns at once without an archive.
+// steps every ShipInterval, a finished step's at once, and at start, at
+// once, whatever the files of a previous process hold that the archive
+// lacks (holes between other servers' segments included). It returns at
+// once without an archive.
 func (s *Store) Run(ctx context.Context) error {
 	if s.archive == nil {
 		<-ctx.Done()
 		return nil
 	}
 	s.markLeftovers()
+	s.shipDirty(ctx)
 	t := time.NewTicker(s.shipEvery)
 	defer t.Stop()
 	for {
@@ -260,8 +242,13 @@ func (s *Store) requeue(r Ref, closed bool) {
 	s.shipMu.Unlock()
 }
 
-// ship uploads the complete lines of r's file past what was shipped, in
-// segments of at most segmentBytes.
+// ship uploads the complete lines of r's file that the archive lacks, in
+// segments of at most segmentBytes. The first time in this process (or
+// after the step closed) it also fills the holes: lines of the file that
+// fall between or before the archive's segments, which another server's
+// later segments do not make shipped — the case of a server killed holding
+// acknowledged lines while the agent went on with another server
+// (docs/faults.md). Later calls ship what the file gained since.
 func (s *Store) ship(ctx context.Context, r Ref) error {
 	p, err := s.path(r)
 	if err != nil {
@@ -279,42 +266,130 @@ func (s *Store) ship(ctx context.Context, r Ref) error {
 	st, known := s.shipped[r]
 	s.shipMu.Unlock()
 	if !known {
-		if st.seq, err = s.archivedLast(ctx, r); err != nil {
+		segs, err := s.segments(ctx, r)
+		if err != nil {
 			return err
 		}
-		st.off = -1
+		next := uint64(1) // the lowest seq no segment covers
+		for _, sp := range spansOf(segs) {
+			if sp.first > next {
+				off, err := seekAfter(f, next-1)
+				if err != nil {
+					return err
+				}
+				if _, _, err := s.shipFrom(ctx, r, f, off, sp.first-1, false); err != nil {
+					return err
+				}
+			}
+			if sp.last == math.MaxUint64 {
+				return nil // no seq above it
+			}
+			next = max(next, sp.last+1)
+		}
+		st = shipState{seq: next - 1, off: -1}
 	}
 	if st.off < 0 {
 		if st.off, err = seekAfter(f, st.seq); err != nil {
 			return err
 		}
-	}
-	for {
-		n, err := f.ReadAt(s.shipBuf, st.off)
-		if err != nil && err != io.EOF {
-			return err
-		}
-		chunk := s.shipBuf[:n]
-		end := bytes.LastIndexByte(chunk, '\n')
-		if end < 0 {
-			break // nothing complete beyond what was shipped
-		}
-		chunk = chunk[:end+1]
-		first, err := decodeLine(chunk[:bytes.IndexByte(chunk, '\n')])
-		if err != nil {
-			return err
-		}
-		last, _, err := lastSeq(chunk)
-		if err != nil {
-			return err
-		}
-		if _, err := s.archive.Put(ctx, segmentKey(r, first.Seq, last), bytes.NewReader(chunk), storage.Meta{}); err != nil {
-			return err
-		}
-		st.seq, st.off = last, st.off+int64(len(chunk))
 		s.shipMu.Lock()
 		s.shipped[r] = st
 		s.shipMu.Unlock()
 	}
-	return nil
+	_, _, err = s.shipFrom(ctx, r, f, st.off, math.MaxUint64, true)
+	return err
+}
+
+// shipFrom ships the complete lines of f from offset off on whose seq is at
+// most hi, and returns the offset after the last one shipped and its seq.
+// track records the progress as r's ship state (the tail of the file, as
+// opposed to a hole being filled).
+func (s *Store) shipFrom(ctx context.Context, r Ref, f *os.File, off int64, hi uint64, track bool) (int64, uint64, error) {
+	var last uint64
+	for {
+		n, err := f.ReadAt(s.shipBuf, off)
+		if err != nil && err != io.EOF {
+			return off, last, err
+		}
+		chunk := s.shipBuf[:n]
+		end := bytes.LastIndexByte(chunk, '\n')
+		if end < 0 {
+			return off, last, nil // nothing complete beyond what was shipped
+		}
+		chunk, first, top, err := denseRun(chunk[:end+1], hi)
+		if err != nil || len(chunk) == 0 {
+			return off, last, err
+		}
+		if _, err := s.archive.Put(ctx, segmentKey(r, first, top), bytes.NewReader(chunk), storage.Meta{}); err != nil {
+			return off, last, err
+		}
+		off, last = off+int64(len(chunk)), top
+		if track {
+			s.shipMu.Lock()
+			s.shipped[r] = shipState{seq: last, off: off}
+			s.shipMu.Unlock()
+		}
+	}
+}
+
+// denseRun returns the longest prefix of chunk (whole lines) whose seqs
+// follow one another without a jump and stay at most hi, with its first
+// and last seq; empty when the first line's seq is above hi. Cutting at a
+// jump keeps every segment dense, so that a segment's name tells which
+// lines it holds: a file with a hole (the agent was with another server
+// meanwhile) never ships a segment whose range claims the other server's
+// lines.
+func denseRun(chunk []byte, hi uint64) (run []byte, first, last uint64, err error) {
+	n := 0
+	for n < len(chunk) {
+		end := bytes.IndexByte(chunk[n:], '\n')
+		if end < 0 {
+			break
+		}
+		seq, err := seqOf(chunk[n : n+end])
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if seq > hi || (n > 0 && seq != last+1) {
+			break
+		}
+		if n == 0 {
+			first = seq
+		}
+		last = seq
+		n += end + 1
+	}
+	return chunk[:n], first, last, nil
+}
+
+// seqOf reads the seq a stored line starts with (appendLine), without
+// decoding the rest.
+func seqOf(line []byte) (uint64, error) {
+	rest, ok := bytes.CutPrefix(line, seqPrefix)
+	end := bytes.IndexByte(rest, ',')
+	if !ok || end < 0 {
+		return 0, fmt.Errorf("a stored line does not start with its seq: %.60q", line)
+	}
+	seq, err := strconv.ParseUint(string(rest[:end]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("a stored line does not start with its seq: %.60q", line)
+	}
+	return seq, nil
+}
+
+// span is a range of seqs the archive holds: overlapping or adjacent
+// segments merged.
+type span struct{ first, last uint64 }
+
+// spansOf merges segments (in key order, that is by first seq) into spans.
+func spansOf(segs []segment) []span {
+	var spans []span
+	for _, g := range segs {
+		if n := len(spans); n > 0 && g.first <= spans[n-1].last+1 {
+			spans[n-1].last = max(spans[n-1].last, g.last)
+			continue
+		}
+		spans = append(spans, span{g.first, g.last})
+	}
+	return spans
 }

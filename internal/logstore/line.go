@@ -99,3 +99,32 @@ func lastSeq(data []byte) (seq uint64, complete int, err error) {
 	}
 	return l.Seq, end + 1, nil
 }
+
+// goodPrefix reads data line by line from its start and returns the seq of
+// the last line of its good prefix — complete lines that decode and are
+// numbered in increasing order, as the store writes them — the prefix's
+// length in bytes, and whether it holds a line at all. Whatever follows is
+// a torn or garbled write. partial says data starts inside a line (the
+// window of a longer file): that first piece is skipped, not judged.
+func goodPrefix(data []byte, partial bool) (seq uint64, n int, found bool) {
+	if partial {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			return 0, 0, false
+		}
+		n = i + 1
+	}
+	for n < len(data) {
+		end := bytes.IndexByte(data[n:], '\n')
+		if end < 0 {
+			break // torn: no newline
+		}
+		l, err := decodeLine(data[n : n+end])
+		if err != nil || l.Seq <= seq {
+			break
+		}
+		seq, found = l.Seq, true
+		n += end + 1
+	}
+	return seq, n, found
+}

@@ -13,9 +13,10 @@ import (
 
 // Read returns up to limit lines of a step's log with seq > after, in order.
 // A missing log reads as empty. It reads the file as written so far, so it
-// works while the step is live; with an Archive, it reads the segments
-// shipped there first, so a server without the file (the agent is
-// connected to another) reads the log too.
+// works while the step is live; with an Archive it merges the file with
+// the segments shipped there (merge), so a server with no file, or with
+// only part of the step (the agent was connected to another server for a
+// while), reads every line, once.
 func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
 	p, err := s.path(r)
 	if err != nil {
@@ -31,21 +32,21 @@ func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
 	if f != nil {
 		defer f.Close()
 	}
-	var out []Line
-	if s.archive != nil && !startsAtOne(f) {
+	if s.archive != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
 		defer cancel()
-		var shipped uint64
-		if out, shipped, err = s.readArchive(ctx, r, after, limit, out); err != nil {
+		segs, err := s.segments(ctx, r)
+		if err != nil {
 			return nil, err
 		}
-		after = max(after, shipped)
-		if len(out) > 0 {
-			after = max(after, out[len(out)-1].Seq)
+		out, err := s.merge(ctx, f, segs, after, limit)
+		if err != nil {
+			return out, fmt.Errorf("logstore: read %s: %w", r, err)
 		}
-	}
-	if f == nil || len(out) >= limit {
 		return out, nil
+	}
+	if f == nil {
+		return nil, nil
 	}
 	if after > 0 {
 		off, err := seekAfter(f, after)
@@ -56,21 +57,11 @@ func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
 			return nil, fmt.Errorf("logstore: read %s: %w", r, err)
 		}
 	}
-	out, err = scanLines(f, after, limit, out)
+	out, err := scanLines(f, after, limit, nil)
 	if err != nil {
 		return out, fmt.Errorf("logstore: read %s: %w", r, err)
 	}
 	return out, nil
-}
-
-// startsAtOne reports whether f holds a step's log from its first line:
-// then it has every line the archive has.
-func startsAtOne(f *os.File) bool {
-	if f == nil {
-		return false
-	}
-	start, seq, ok, err := lineAt(f, 0, 1<<62)
-	return err == nil && ok && start == 0 && seq == 1
 }
 
 // scanLines appends to out the lines of rd with seq > after until out holds
@@ -113,16 +104,15 @@ func (s *Store) Last(r Ref) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// A file that starts at the step's first line may still lack the
+	// last ones (the agent went on with another server): with an archive
+	// the highest of both counts.
 	var local uint64
 	if f, err := os.Open(p); err == nil {
-		complete := startsAtOne(f)
 		local, err = tailSeq(f)
 		f.Close()
 		if err != nil {
 			return 0, fmt.Errorf("logstore: %w", err)
-		}
-		if complete {
-			return local, nil
 		}
 	}
 	if s.archive == nil {

@@ -263,8 +263,10 @@ func (s *Store) file(r Ref) (*stepFile, error) {
 // are at most 64 KiB of text, which JSON escaping can grow sixfold.
 const tailBytes = 1 << 20
 
-// recoverTail finds the last stored seq and cuts off a torn final line left
-// by a crash in the middle of a write.
+// recoverTail finds the last stored seq and cuts off what follows the last
+// good line: a torn final line left by a crash in the middle of a write, or
+// a garbled tail (B138). Every good line before it — each one acknowledged
+// to an agent once written — is kept.
 func recoverTail(f *os.File) (uint64, error) {
 	st, err := f.Stat()
 	if err != nil || st.Size() == 0 {
@@ -275,11 +277,13 @@ func recoverTail(f *os.File) (uint64, error) {
 	if _, err := f.ReadAt(data, off); err != nil && err != io.EOF {
 		return 0, err
 	}
-	seq, complete, err := lastSeq(data)
-	if err != nil {
-		return 0, err
+	seq, good, found := goodPrefix(data, off > 0)
+	if !found && off > 0 {
+		// Not one good line in the last MiB of a longer file: that is no
+		// torn write, and cutting a MiB of a log is not recovery.
+		return 0, fmt.Errorf("no readable line in the last %d bytes", len(data))
 	}
-	if keep := off + int64(complete); keep != st.Size() {
+	if keep := off + int64(good); keep != st.Size() {
 		if err := f.Truncate(keep); err != nil {
 			return 0, err
 		}

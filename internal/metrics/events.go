@@ -43,7 +43,13 @@ func (m *Metrics) UnroutableFailed(jobs int) {
 // observeRun reads a finished run once: its duration, and its steps by the
 // status they ended with.
 func (m *Metrics) observeRun(ctx context.Context, id string) {
-	run, err := m.deps.Runs.Get(ctx, id)
+	// The run's row and its steps counted by status: reading every job
+	// and step of a 256-job run was 3% of the server's CPU per job.
+	run, err := m.deps.Runs.Header(ctx, id)
+	var counts map[kiln.StepStatus]int
+	if err == nil {
+		counts, err = m.deps.Runs.StepCounts(ctx, id)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn("metrics: a finished run could not be read; its duration is not observed", "run", id, "err", err)
@@ -53,11 +59,9 @@ func (m *Metrics) observeRun(ctx context.Context, id string) {
 	if !run.CreatedAt.IsZero() && !run.FinishedAt.IsZero() && !run.FinishedAt.Before(run.CreatedAt) {
 		m.executionDuration.Observe(run.FinishedAt.Sub(run.CreatedAt).Seconds())
 	}
-	for _, j := range run.Jobs {
-		for _, s := range j.Steps {
-			if s.Status.Terminal() {
-				m.steps.WithLabelValues(string(s.Status)).Inc()
-			}
+	for st, n := range counts {
+		if st.Terminal() {
+			m.steps.WithLabelValues(string(st)).Add(float64(n))
 		}
 	}
 }

@@ -79,7 +79,8 @@ type QueueReader interface {
 
 // RunReader reads a finished run for its duration and steps (store.DB.Runs()).
 type RunReader interface {
-	Get(ctx context.Context, id string) (store.Run, error)
+	Header(ctx context.Context, id string) (store.Run, error)
+	StepCounts(ctx context.Context, id string) (map[kiln.StepStatus]int, error)
 }
 
 // FleetStats is the fleet's counters (*fleet.Fleet).
@@ -119,7 +120,8 @@ type Metrics struct {
 	dedupHits         prometheus.Counter
 
 	// Scaler events (scaler.go).
-	sc scalerSeries
+	sc  scalerSeries
+	ret retentionSeries
 
 	mu        sync.Mutex
 	everSeen  map[string]bool // queue labels ever reported (sticky zero)
@@ -201,12 +203,14 @@ func New(reg *prometheus.Registry, deps Deps, cfg Config) (*Metrics, error) {
 			Help: "Webhook redeliveries dropped because their delivery id was already received."}),
 	}
 	m.sc = newScalerSeries()
+	m.ret = newRetentionSeries()
 	m.preset()
 	cs := []prometheus.Collector{
 		m.queueDepth, m.queueByLabel, m.jobs, m.refreshFailure,
 		m.jobsFinished, m.executions, m.executionDuration, m.steps, m.unroutable,
 		m.webhooksReceived, m.webhooksProcessed, m.webhooksRefused, m.dedupHits,
-		m.sc.spawnFailures, m.sc.refusals, m.sc.redispatch, m.sc.scaleUp, m.sc.scaleDown, m.sc.registered,
+		m.sc.spawnFailures, m.sc.refusals, m.sc.redispatch, m.sc.scaleUp, m.sc.scaleDown, m.sc.registered, m.sc.cpusUsed, m.sc.memoryUsed,
+		m.ret.deleted, m.ret.passes, m.ret.took,
 		scrapeCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/scaler"
 )
 
@@ -16,6 +17,8 @@ type scalerSeries struct {
 	scaleUp       *prometheus.CounterVec
 	scaleDown     *prometheus.CounterVec
 	registered    *prometheus.HistogramVec
+	cpusUsed      *prometheus.GaugeVec
+	memoryUsed    *prometheus.GaugeVec
 }
 
 // Bound values of kiln_scaler_spawn_failures_total (B176): a spawn for a
@@ -45,6 +48,12 @@ func newScalerSeries() scalerSeries {
 		registered: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kiln_scaler_spawn_to_registered_seconds",
 			Help: "Time from a spawn's start to its agent's registration, by backend type.", Buckets: spawnBuckets},
 			[]string{"backend"}),
+		cpusUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kiln_scaler_cpus_used",
+			Help: "CPUs reserved by the agents this server started, by scaler (__global__: all scalers) and scaler type."},
+			[]string{"scaler", "scaler_type"}),
+		memoryUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kiln_scaler_memory_bytes_used",
+			Help: "Memory reserved by the agents this server started, in bytes, by scaler (__global__: all scalers) and scaler type."},
+			[]string{"scaler", "scaler_type"}),
 	}
 }
 
@@ -69,5 +78,9 @@ func (m *Metrics) ScalerHooks() scaler.Hooks {
 		ScaleUp:    func(name string) { s.scaleUp.WithLabelValues(name).Inc() },
 		ScaleDown:  func(name, reason string) { s.scaleDown.WithLabelValues(name, reason).Inc() },
 		Redispatch: func(trigger string, n int) { s.redispatch.WithLabelValues(trigger).Add(float64(n)) },
+		Reserved: func(name, typ string, r kiln.Resources) {
+			s.cpusUsed.WithLabelValues(name, typ).Set(float64(r.MilliCPUs) / 1000)
+			s.memoryUsed.WithLabelValues(name, typ).Set(float64(r.Memory))
+		},
 	}
 }

@@ -87,4 +87,7 @@ const (
 	MaxMetadataLen   = 256
 	MinSecretLen     = 32
 	MaxSecretLen     = 128
+	// MaxCoordinators bounds the coordinator URLs of register.ack and
+	// coordinators frames.
+	MaxCoordinators = 64
 )

@@ -32,6 +32,7 @@ func validMessages() []Message {
 		&Ack{Seq: 42},
 		&Drain{},
 		&Error{Code: ErrAgentIDInUse, Message: "agent id agent-1 is in use"},
+		&Coordinators{Coordinators: []string{"https://a.example.test", "https://b.example.test"}},
 	}
 }
 
@@ -94,6 +95,7 @@ func TestDecodeRefusesBadFrames(t *testing.T) {
 		{"no agent secret", `{"type":"register","data":{"agent_id":"a","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret is missing"},
 		{"short agent secret", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_short","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret must be"},
 		{"agent secret with a space", `{"type":"register","data":{"agent_id":"a","agent_secret":"kas_0123456789 abcdefghijklmnopqrstuv","labels":[],"max_jobs":1}}`, ErrInvalidMessage, "agent_secret may only"},
+		{"too many coordinators", `{"type":"coordinators","data":{"coordinators":[` + strings.Repeat(`"u",`, MaxCoordinators) + `"u"]}}`, ErrInvalidMessage, "coordinators (at most 64)"},
 		{"auth without token", `{"type":"auth","data":{"protocol_version":1}}`, ErrInvalidMessage, "token is missing"},
 		{"trailing garbage", `{"type":"drain"} x`, ErrInvalidMessage, "syntax error"},
 		{"oversized", `{"type":"heartbeat","data":{"x":"` + strings.Repeat("a", MaxFrameBytes) + `"}}`, ErrTooLarge, "exceeds"},

@@ -26,6 +26,10 @@ const (
 	TypeAck         = "ack"
 	TypeDrain       = "agent.drain"
 	TypeError       = "error"
+	// TypeCoordinators replaces the agent's list of live coordinators
+	// after registration (B139); an agent that does not know it ignores
+	// it, as it ignores every frame type it cannot read.
+	TypeCoordinators = "coordinators"
 )
 
 // Message is one decoded, validated frame payload.
@@ -250,6 +254,14 @@ type Ack struct {
 // Drain asks the agent to finish its jobs and take no new ones.
 type Drain struct{}
 
+// Coordinators is the list of live coordinators register.ack carried,
+// sent again whenever the set changes while the agent is connected (a
+// server joins or dies): the agent replaces its failover list with it, so
+// an agent registered before another server started can still move there.
+type Coordinators struct {
+	Coordinators []string `json:"coordinators"`
+}
+
 // Error reports a problem with a code; the connection may close after it.
 type Error struct {
 	Code    string `json:"code"`
@@ -273,6 +285,7 @@ func (*Cancel) Type() string       { return TypeCancel }
 func (*Ack) Type() string          { return TypeAck }
 func (*Drain) Type() string        { return TypeDrain }
 func (*Error) Type() string        { return TypeError }
+func (*Coordinators) Type() string { return TypeCoordinators }
 
 // newMessage returns an empty message of the given type, or nil.
 func newMessage(typ string) Message {
@@ -311,6 +324,8 @@ func newMessage(typ string) Message {
 		return &Drain{}
 	case TypeError:
 		return &Error{}
+	case TypeCoordinators:
+		return &Coordinators{}
 	}
 	return nil
 }

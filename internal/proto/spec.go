@@ -22,7 +22,10 @@ type JobSpec struct {
 	// through the orchestrator (never with storage credentials); the
 	// artifacts of the job's direct needs are fetched before its first step.
 	Artifacts []Artifact `json:"artifacts,omitempty"`
-	Checkout  *Checkout  `json:"checkout,omitempty"` // nil: `checkout: false`; always last (EncodeDispatch)
+	// Caches are restored before the first step and saved after the last
+	// when the job succeeded, through the orchestrator.
+	Caches   []Cache   `json:"caches,omitempty"`
+	Checkout *Checkout `json:"checkout,omitempty"` // nil: `checkout: false`; always last (EncodeDispatch)
 }
 
 // Artifact is a set of files a job uploads: Name is a template the agent
@@ -31,6 +34,15 @@ type JobSpec struct {
 type Artifact struct {
 	Name  string   `json:"name"`
 	Paths []string `json:"paths"`
+}
+
+// Cache is a cache a job restores and saves: Key and RestoreKeys are
+// templates the agent renders after the checkout; Paths are globs relative
+// to the workspace ("!glob" excludes).
+type Cache struct {
+	Key         string   `json:"key"`
+	Paths       []string `json:"paths"`
+	RestoreKeys []string `json:"restore_keys,omitempty"`
 }
 
 // Checkout says where the job's code comes from.

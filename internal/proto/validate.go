@@ -244,10 +244,17 @@ func (m *RegisterAck) Validate() error {
 	if m.HeartbeatIntervalMS < 0 || m.JobHeartbeatIntervalMS < 0 {
 		return invalidf("heartbeat intervals must not be negative")
 	}
-	if len(m.Coordinators) > 64 {
-		return invalidf("%d coordinators (at most 64)", len(m.Coordinators))
+	return checkCoordinators(m.Coordinators)
+}
+
+func (m *Coordinators) Validate() error { return checkCoordinators(m.Coordinators) }
+
+// checkCoordinators bounds a list of coordinator URLs: the agent keeps it.
+func checkCoordinators(urls []string) error {
+	if len(urls) > MaxCoordinators {
+		return invalidf("%d coordinators (at most %d)", len(urls), MaxCoordinators)
 	}
-	for _, u := range m.Coordinators {
+	for _, u := range urls {
 		if len(u) > 2048 {
 			return invalidf("a coordinator URL of %d bytes (at most 2048)", len(u))
 		}

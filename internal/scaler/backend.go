@@ -38,6 +38,13 @@ type Reaper interface {
 	Reap(ctx context.Context, agentID string) error
 }
 
+// Sweeper is a backend that can find what a previous process of this
+// server left without a spawn row (a crash between start and record) and
+// remove it; keep says which agent ids are still known.
+type Sweeper interface {
+	Sweep(ctx context.Context, keep func(agentID string) bool) error
+}
+
 // SpawnRequest is one agent to start.
 type SpawnRequest struct {
 	AgentID   string
@@ -53,6 +60,10 @@ type SpawnRequest struct {
 	Binary string
 	// Event reports progress (EventProvisioning, EventReady, …).
 	Event func(eventType, detail string)
+	// Scaler is the scaler's configuration (its type's keys); JobID and
+	// RunID the job it is started for ("": a warm-pool agent).
+	Scaler       Config
+	JobID, RunID string
 }
 
 // Instance is a started agent.

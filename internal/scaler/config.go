@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -61,9 +60,14 @@ type Config struct {
 	FirecrackerBinary string        `yaml:"firecracker_binary"`
 	Rootfs            string        `yaml:"rootfs"`
 	SocketWait        time.Duration `yaml:"socket_wait"`
-	// kubernetes
+	// kubernetes (a kiln built with -tags kubernetes): Namespace of the
+	// agents' pods (default: the kubeconfig's), PodTemplate a file path or
+	// inline YAML of the operator's pod, Kubeconfig the cluster's
+	// credentials (default: $KUBECONFIG, ~/.kube/config, else in-cluster).
+	// Image is the agent container's image when the template names none.
 	Namespace   string `yaml:"namespace"`
 	PodTemplate string `yaml:"pod_template"`
+	Kubeconfig  string `yaml:"kubeconfig"`
 	// event
 	TargetURL string        `yaml:"target_url"`
 	SecretEnv string        `yaml:"secret_env"`
@@ -163,22 +167,20 @@ func contains(xs []string, x string) bool {
 }
 
 var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	memoryRE = regexp.MustCompile(`^(\d+(\.\d+)?)\s*([kmgKMG])$`)
+	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 )
 
-// ParseMemory reads "512m", "2g", "1024k" as bytes ("" is 0).
+// ParseMemory reads a memory size like 512m, 4g or 4GiB as bytes (""
+// is 0: not stated); the units are binary (kiln.ParseMemory).
 func ParseMemory(s string) (int64, error) {
-	if s == "" {
+	if strings.TrimSpace(s) == "" {
 		return 0, nil
 	}
-	m := memoryRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return 0, fmt.Errorf("%q is not a memory size like 512m or 4g", s)
+	v, err := kiln.ParseMemory(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s", kiln.ErrorMessage(err))
 	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	shift := map[string]uint{"k": 10, "m": 20, "g": 30}[strings.ToLower(m[3])]
-	return int64(v * float64(int64(1)<<shift)), nil
+	return v, nil
 }
 
 // withDefaults fills what the entry leaves out.
@@ -285,6 +287,9 @@ func Validate(scalers []Config, caps Caps) []error {
 		if _, err := ParseMemory(c.Memory); err != nil {
 			add("%s.memory: %v", key, err)
 		}
+		if why := tooBig(c, caps, kiln.Resources{}); why != "" {
+			add("%s: each agent is given %s, more than a budget allows (%s), so it could never start one", key, given(c, kiln.Resources{}), why)
+		}
 		errs = append(errs, typeErrors(key, c)...)
 		set := labels.Key() + "|" + kiln.NewLabels(c.MandatoryLabels...).Key()
 		if other, dup := sets[set]; dup && len(labels) > 0 {
@@ -303,6 +308,27 @@ func typeErrors(key string, c Config) []error {
 	case "docker":
 		if c.Image == "" {
 			add("%s.image: a docker scaler needs the agent image", key)
+		}
+	case "firecracker":
+		if c.Kernel == "" || c.Rootfs == "" {
+			add("%s: a firecracker scaler needs kernel (an uncompressed vmlinux) and rootfs", key)
+		}
+		if c.VCPUs < 0 || c.VCPUs > 32 || c.SocketWait < 0 {
+			add("%s: vcpus must be between 1 and 32 (0: from the resources) and socket_wait not negative", key)
+		}
+	case "microvm":
+		if c.Kernel == "" || c.Initrd == "" {
+			add("%s: a microvm scaler needs kernel and initrd (kiln scalers initramfs builds it)", key)
+		}
+		if c.Accel != "" && c.Accel != "auto" && c.Accel != "kvm" && c.Accel != "tcg" {
+			add("%s.accel: %q is not kvm, tcg or auto", key, c.Accel)
+		}
+		if c.VCPUs < 0 {
+			add("%s.vcpus must not be negative", key)
+		}
+	case "kubernetes":
+		if c.Image == "" && c.PodTemplate == "" {
+			add("%s: a kubernetes scaler needs image or a pod_template whose agent container names one", key)
 		}
 	case "event":
 		if u, err := url.Parse(c.TargetURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -67,7 +67,7 @@ func TestDisconnectReasonReachesTheBackendAndLostAgentsWaitTheWindow(t *testing.
 			t.Fatalf("claim %s: %v %v", id, ok, err)
 		}
 		m.add(&managed{id: id, scaler: "b", backend: "process", inst: inst, state: store.SpawnSpawning})
-		if _, eph := m.Registered(id); !eph {
+		if _, eph, _ := m.Registered(id); !eph {
 			t.Fatalf("%s is not a scaler's agent", id)
 		}
 		return inst

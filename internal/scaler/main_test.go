@@ -10,6 +10,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("KILN_FAKE_FIRECRACKER") == "1" {
+		os.Exit(fakeFirecracker()) // this binary runs as the fake VMM
+	}
 	code := storetest.Main(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

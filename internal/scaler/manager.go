@@ -53,6 +53,9 @@ type ManagerConfig struct {
 	Clock    func() time.Time
 	Logger   *slog.Logger
 	Hooks    Hooks
+	// Leading reports whether this server leads the cluster (nil: it
+	// does); only the leader reaps provisions that never arrived.
+	Leading func() bool
 }
 
 // Hooks tell the metrics what the manager does; any may be nil.
@@ -63,6 +66,9 @@ type Hooks struct {
 	ScaleUp     func(scaler string)
 	ScaleDown   func(scaler, reason string)
 	Redispatch  func(trigger string, n int)
+	// Reserved is told what a scaler's agents (scaler "__global__": all
+	// scalers') reserve now, after every change.
+	Reserved func(scaler, scalerType string, reserved kiln.Resources)
 }
 
 // Backoff after consecutive spawn failures of a scaler (B173).
@@ -100,6 +106,10 @@ type Manager struct {
 	wake     chan struct{}
 	ctx      context.Context
 	spawns   sync.WaitGroup
+	reapAt   time.Time // the event reaper's next look (eventreap.go)
+	// serverURL is the server's own address, the server_url of scalers
+	// that name none (SetServerURL; reloaded scalers get it too).
+	serverURL string
 }
 
 type scalerState struct {
@@ -109,8 +119,7 @@ type scalerState struct {
 	lastErrorAt time.Time
 	retiring    bool
 	sem         chan struct{}
-	cpus        float64
-	mem         int64
+	reserved    kiln.Resources // by this server's agents of the scaler
 }
 
 // managed is an agent this process started (or adopted).
@@ -125,9 +134,9 @@ type managed struct {
 	state               string
 	goneAt              time.Time // disconnected holding a job
 	idleSince           time.Time
-	took                *jobRef // the job it took: attribution after registration
-	cpus                float64
-	mem                 int64
+	took                *jobRef        // the job it took: attribution after registration
+	reserved            kiln.Resources // against the budgets, given back when it goes
+	given               kiln.Resources // its size: it takes only jobs within it
 	destroyed           bool
 }
 
@@ -161,15 +170,35 @@ func NewManager(db *store.DB, cfg ManagerConfig) (*Manager, error) {
 	m := &Manager{db: db, cfg: cfg, log: cfg.Logger, state: map[string]*scalerState{}, agents: map[string]*managed{},
 		adopting: map[string]time.Time{}, buffer: map[string][]bufferedEvent{}, wake: make(chan struct{}, 1)}
 	for _, c := range cfg.Scalers {
-		c = c.withDefaults(cfg.PublicURL)
-		if cfg.Backends[c.Type] == nil {
-			return nil, fmt.Errorf("scalers: %s.type: %s scalers are not available in this build (runnable here: %s)",
-				c.Name, c.Type, strings.Join(runnable(cfg.Backends), ", "))
+		c, err := m.prepare(c)
+		if err != nil {
+			return nil, err
 		}
 		m.scalers = append(m.scalers, c)
 		m.state[c.Name] = &scalerState{sem: make(chan struct{}, c.MaxConcurrentSpawns)}
 	}
 	return m, nil
+}
+
+// prepare fills what a scaler leaves out and checks that this build and
+// its backend can run it (a docker scaler whose agents cannot reach the
+// server is refused here, B186).
+func (m *Manager) prepare(c Config) (Config, error) {
+	c = c.withDefaults(m.cfg.PublicURL)
+	b := m.cfg.Backends[c.Type]
+	if b == nil {
+		return c, fmt.Errorf("scalers: %s.type: %s scalers are not available in this build (runnable here: %s)",
+			c.Name, c.Type, strings.Join(runnable(m.cfg.Backends), ", "))
+	}
+	if ch, ok := b.(configChecker); ok {
+		if err := ch.CheckConfig(c); err != nil {
+			return c, err
+		}
+	}
+	if c.ServerURL == "" {
+		c.ServerURL = m.serverURL // "" until the server listens (SetServerURL)
+	}
+	return c, nil
 }
 
 func runnable(bs map[string]Backend) []string {
@@ -187,6 +216,7 @@ func runnable(bs map[string]Backend) []string {
 func (m *Manager) SetServerURL(u string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.serverURL = u
 	for i := range m.scalers {
 		if m.scalers[i].ServerURL == "" {
 			m.scalers[i].ServerURL = u
@@ -249,6 +279,25 @@ func (m *Manager) recover(ctx context.Context) {
 		m.log.Error("scaler: reading the spawns of the previous process failed", "err", err)
 		return
 	}
+	known := map[string]bool{}
+	for _, sp := range spawns {
+		known[sp.AgentID] = true
+	}
+	m.mu.Lock()
+	used := map[string]bool{}
+	for _, c := range m.scalers {
+		used[c.Type] = true
+	}
+	m.mu.Unlock()
+	for typ, b := range m.cfg.Backends {
+		// Only the backends a scaler uses: a server without docker
+		// scalers never touches the Docker Engine.
+		if sw, ok := b.(Sweeper); ok && used[typ] {
+			if err := sw.Sweep(ctx, func(id string) bool { return known[id] }); err != nil {
+				m.log.Warn("scaler: removing left-over agents failed", "err", err)
+			}
+		}
+	}
 	until := m.now().Add(m.cfg.RecoveryWindow)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -277,6 +326,12 @@ func (m *Manager) shutdown() {
 	}
 	wg.Wait()
 	m.spawns.Wait()
+	// Backends holding connections (the docker client's) close them.
+	for _, b := range m.cfg.Backends {
+		if c, ok := b.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}
 }
 
 // pass is one look at the queue, the pools and the agents.
@@ -284,12 +339,20 @@ func (m *Manager) pass(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	m.mu.Lock()
+	idle := len(m.scalers) == 0 && len(m.agents) == 0 && len(m.adopting) == 0
+	m.mu.Unlock()
+	if idle {
+		return // no scaler configured (yet: a reload may add one)
+	}
 	m.expire(ctx)
+	m.pruneRetired()
 	n := m.demand(ctx)
 	if n > 0 && m.cfg.Hooks.Redispatch != nil {
 		m.cfg.Hooks.Redispatch("sweep", n)
 	}
 	m.warm(ctx)
+	m.reapProvisions(ctx)
 }
 
 // expire removes agents gone past the recovery window, adopted spawns that
@@ -357,10 +420,23 @@ func (m *Manager) expire(ctx context.Context) {
 func (m *Manager) reap(ctx context.Context, id string) {
 	sp, err := m.db.Scalers().Get(ctx, id)
 	if err == nil {
-		if c := m.config(sp.Scaler); c != nil {
+		m.mu.Lock()
+		c := m.config(sp.Scaler)
+		if c != nil {
+			cc := *c
+			c = &cc
+		}
+		m.mu.Unlock()
+		if c != nil {
 			if r, ok := m.cfg.Backends[c.Type].(Reaper); ok {
 				if err := r.Reap(ctx, id); err != nil {
 					m.log.Warn("scaler: removing a left-over agent failed", "agent_id", id, "err", err)
+				}
+			}
+			// B151: someone else's machine; only a scale-down removes it.
+			if eb, ok := m.cfg.Backends[c.Type].(*EventBackend); ok {
+				if err := eb.ScaleDownReason(ctx, *c, id, "heartbeat-timeout"); err != nil {
+					m.log.Warn("scaler: scale-down failed", "agent_id", id, "err", err)
 				}
 			}
 		}

@@ -28,7 +28,7 @@ func (m *Manager) demand(ctx context.Context) int {
 	for _, k := range keys {
 		req := store.KeyRequirement(k)
 		m.mu.Lock()
-		i := match(m.scalers, m.retiring, req)
+		i := m.pickLocked(req)
 		var c Config
 		if i >= 0 {
 			c = m.scalers[i]
@@ -47,7 +47,7 @@ func (m *Manager) demand(ctx context.Context) int {
 			continue
 		}
 		for _, j := range jobs {
-			if err := m.spawn(ctx, c, j.ID, j.RunID); err != nil {
+			if err := m.spawn(ctx, c, j.ID, j.RunID, req.Resources); err != nil {
 				if err != errNoRoom {
 					m.log.Warn("scaler: starting an agent failed", "scaler", c.Name, "job_id", j.ID, "err", err)
 				}
@@ -66,7 +66,8 @@ func (m *Manager) demand(ctx context.Context) int {
 func (m *Manager) deferred(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.now().Before(m.state[name].deferUntil)
+	st := m.state[name]
+	return st == nil || m.now().Before(st.deferUntil)
 }
 
 // room is how many more agents the scaler may start now: its max_agents
@@ -80,52 +81,87 @@ func (m *Manager) room(ctx context.Context, c Config) (int, error) {
 	for _, n := range counts {
 		total += n
 	}
-	room := min(c.MaxAgents-counts[c.Name], m.cfg.Caps.MaxAgents-total)
+	m.mu.Lock()
+	global := m.cfg.Caps.MaxAgents
+	m.mu.Unlock()
+	room := min(c.MaxAgents-counts[c.Name], global-total)
 	if room <= 0 && m.cfg.Hooks.Refused != nil {
 		m.cfg.Hooks.Refused()
 	}
 	return room, nil
 }
 
-// reserve books the CPU and memory of one agent against the scaler's and
-// the global budgets; false when either would be exceeded.
-func (m *Manager) reserve(c Config) (float64, int64, bool) {
-	cpus := c.DefaultResources.CPUs
-	mem, _ := ParseMemory(c.DefaultResources.Memory)
-	capMem, _ := ParseMemory(c.ResourceCap.Memory)
-	globalMem, _ := ParseMemory(m.cfg.Caps.Memory)
+// reserve books what one agent is given against the scaler's and the
+// global budgets; false when either would be exceeded (B198).
+func (m *Manager) reserve(c Config, amount kiln.Resources) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.state[c.Name]
-	var allCPU float64
-	var allMem int64
-	for _, s := range m.state {
-		allCPU += s.cpus
-		allMem += s.mem
+	if st == nil {
+		return false // retired meanwhile
 	}
-	if (c.ResourceCap.CPUs > 0 && st.cpus+cpus > c.ResourceCap.CPUs) || (capMem > 0 && st.mem+mem > capMem) ||
-		(m.cfg.Caps.CPUs > 0 && allCPU+cpus > m.cfg.Caps.CPUs) || (globalMem > 0 && allMem+mem > globalMem) {
+	if ok, _ := fits(c, m.cfg.Caps, st.reserved, m.reservedLocked(), amount); !ok {
 		if m.cfg.Hooks.Refused != nil {
 			m.cfg.Hooks.Refused()
 		}
-		return 0, 0, false
+		return false
 	}
-	st.cpus += cpus
-	st.mem += mem
-	return cpus, mem, true
+	st.reserved.MilliCPUs += amount.MilliCPUs
+	st.reserved.Memory += amount.Memory
+	m.reportReservedLocked(c.Name)
+	return true
+}
+
+// reportReservedLocked tells the metrics what the scaler and all scalers
+// reserve now.
+func (m *Manager) reportReservedLocked(name string) {
+	h := m.cfg.Hooks.Reserved
+	if h == nil {
+		return
+	}
+	typ := ""
+	if c := m.config(name); c != nil {
+		typ = c.Type
+	}
+	if st := m.state[name]; st != nil {
+		h(name, typ, st.reserved)
+	}
+	h(GlobalScaler, "", m.reservedLocked())
+}
+
+// GlobalScaler is the scaler label of the series over all scalers.
+const GlobalScaler = "__global__"
+
+// reservedLocked is what every scaler's agents of this server reserve.
+func (m *Manager) reservedLocked() kiln.Resources {
+	var all kiln.Resources
+	for _, s := range m.state {
+		all.MilliCPUs += s.reserved.MilliCPUs
+		all.Memory += s.reserved.Memory
+	}
+	return all
+}
+
+// unreserveLocked gives an agent's reservation back.
+func (m *Manager) unreserveLocked(a *managed) {
+	if st := m.state[a.scaler]; st != nil {
+		st.reserved.MilliCPUs -= a.reserved.MilliCPUs
+		st.reserved.Memory -= a.reserved.Memory
+		m.reportReservedLocked(a.scaler)
+	}
+	a.reserved = kiln.Resources{}
 }
 
 // spawn claims a spawn for the job ("" for a warm-pool agent) in the
 // database and starts it in the background (B170).
-func (m *Manager) spawn(ctx context.Context, c Config, jobID, runID string) error {
-	cpus, mem, ok := m.reserve(c)
-	if !ok {
+func (m *Manager) spawn(ctx context.Context, c Config, jobID, runID string, asked kiln.Resources) error {
+	amount := given(c, asked)
+	if !m.reserve(c, amount) {
 		return errNoRoom
 	}
 	unreserve := func() {
 		m.mu.Lock()
-		m.state[c.Name].cpus -= cpus
-		m.state[c.Name].mem -= mem
+		m.unreserveLocked(&managed{scaler: c.Name, reserved: amount})
 		m.mu.Unlock()
 	}
 	id := newAgentID(c.Type)
@@ -150,7 +186,7 @@ func (m *Manager) spawn(ctx context.Context, c Config, jobID, runID string) erro
 		return err
 	}
 	a := &managed{id: id, scaler: c.Name, backend: c.Type, jobID: jobID, runID: runID, warm: jobID == "",
-		registered: make(chan struct{}), startedAt: m.now(), state: store.SpawnSpawning, cpus: cpus, mem: mem}
+		registered: make(chan struct{}), startedAt: m.now(), state: store.SpawnSpawning, reserved: amount, given: amount}
 	m.mu.Lock()
 	m.agents[id] = a
 	runCtx := m.ctx
@@ -162,14 +198,8 @@ func (m *Manager) spawn(ctx context.Context, c Config, jobID, runID string) erro
 		m.cfg.Hooks.ScaleUp(c.Name)
 	}
 	req := SpawnRequest{AgentID: id, Labels: labels.Labels, ServerURL: c.ServerURL, Token: secret,
-		CPUs: c.CPUs, Env: c.Env, Binary: c.Binary, Event: func(typ, detail string) { m.Event(id, typ, detail) }}
-	if req.CPUs == 0 {
-		req.CPUs = c.DefaultResources.CPUs
-	}
-	req.MemoryBytes, _ = ParseMemory(c.Memory)
-	if req.MemoryBytes == 0 {
-		req.MemoryBytes = mem
-	}
+		CPUs: float64(amount.MilliCPUs) / 1000, MemoryBytes: amount.Memory, Env: c.Env, Binary: c.Binary,
+		Event: func(typ, detail string) { m.Event(id, typ, detail) }, Scaler: c, JobID: jobID, RunID: runID}
 	m.spawns.Go(func() { m.run(runCtx, c, a, req) })
 	return nil
 }
@@ -177,9 +207,13 @@ func (m *Manager) spawn(ctx context.Context, c Config, jobID, runID string) erro
 // run is one spawn: wait for a slot, start the agent, wait for it to
 // register within the spawn timeout (B172).
 func (m *Manager) run(ctx context.Context, c Config, a *managed, req SpawnRequest) {
-	st := m.state[c.Name]
+	// The semaphore of the scaler as it was when the spawn started: a
+	// reload may give the scaler a new one for later spawns.
+	m.mu.Lock()
+	sem := m.state[c.Name].sem
+	m.mu.Unlock()
 	select {
-	case st.sem <- struct{}{}:
+	case sem <- struct{}{}:
 	case <-ctx.Done():
 		m.destroy(context.WithoutCancel(ctx), a, "shutdown")
 		return
@@ -188,7 +222,7 @@ func (m *Manager) run(ctx context.Context, c Config, a *managed, req SpawnReques
 	release := func() {
 		if !released {
 			released = true
-			<-st.sem
+			<-sem
 		}
 	}
 	defer release()
@@ -208,6 +242,9 @@ func (m *Manager) run(ctx context.Context, c Config, a *managed, req SpawnReques
 	a.inst = inst
 	m.mu.Unlock()
 	m.Event(a.id, EventConnecting, "waiting for agent "+a.id+" to register")
+	if external(inst) {
+		return // the leader's reaper ends it if it never comes (B150)
+	}
 	select {
 	case <-a.registered:
 		release()
@@ -248,6 +285,11 @@ func (m *Manager) fail(a *managed, detail string) {
 	m.Event(a.id, EventFailed, detail)
 	m.mu.Lock()
 	st := m.state[a.scaler]
+	if st == nil { // its scaler was removed meanwhile
+		m.mu.Unlock()
+		m.destroy(context.Background(), a, "spawn-failed")
+		return
+	}
 	st.failures++
 	st.deferUntil = m.now().Add(BackoffFor(st.failures))
 	st.lastError, st.lastErrorAt = detail, m.now()
@@ -280,9 +322,7 @@ func (m *Manager) destroy(ctx context.Context, a *managed, reason string) {
 	m.mu.Lock()
 	delete(m.agents, a.id)
 	delete(m.buffer, a.id)
-	st := m.state[a.scaler]
-	st.cpus -= a.cpus
-	st.mem -= a.mem
+	m.unreserveLocked(a)
 	m.mu.Unlock()
 	if m.cfg.Hooks.ScaleDown != nil {
 		m.cfg.Hooks.ScaleDown(a.scaler, reason)
@@ -292,34 +332,51 @@ func (m *Manager) destroy(ctx context.Context, a *managed, reason string) {
 }
 
 // Registered is told by the fleet that an agent registered. It returns the
-// job the agent was started for ("" for none) and whether the agent is a
-// scaler's, which takes one job and is then removed.
-func (m *Manager) Registered(agentID string) (jobID string, ephemeral bool) {
+// job the agent was started for ("" for none), whether the agent is a
+// scaler's, which takes one job and is then removed, and what it was given
+// (B198): it takes only jobs within that.
+func (m *Manager) Registered(agentID string) (jobID string, ephemeral bool, limit kiln.Resources) {
 	m.mu.Lock()
 	a := m.agents[agentID]
 	_, adopt := m.adopting[agentID]
 	delete(m.adopting, agentID)
+	none := len(m.scalers) == 0 && a == nil && !adopt
 	m.mu.Unlock()
+	if none {
+		return "", false, kiln.Resources{} // no scaler here: as without a manager
+	}
 	sp, err := m.db.Scalers().Registered(context.Background(), agentID)
 	if err != nil && a == nil {
-		return "", false
+		return "", false, kiln.Resources{}
+	}
+	if a == nil {
+		// Started by another server, or by this one's previous process:
+		// its size is the one its job asked for.
+		limit = m.sizeOf(sp)
 	}
 	if a == nil && adopt {
-		// An agent the previous process started is back in time.
+		// An agent the previous process started is back in time; it
+		// reserves what it was given again.
 		a = &managed{id: agentID, scaler: sp.Scaler, jobID: sp.JobID, runID: sp.RunID, warm: sp.JobID == "",
-			registered: make(chan struct{}), startedAt: sp.StartedAt}
+			registered: make(chan struct{}), startedAt: sp.StartedAt, given: limit}
+		m.mu.Lock()
 		if c := m.config(sp.Scaler); c != nil {
 			a.backend = c.Type
 			if r, ok := m.cfg.Backends[c.Type].(Reaper); ok {
 				a.inst = reaped{r: r, id: agentID}
 			}
+			if st := m.state[c.Name]; st != nil {
+				a.reserved = limit
+				st.reserved.MilliCPUs += limit.MilliCPUs
+				st.reserved.Memory += limit.Memory
+				m.reportReservedLocked(c.Name)
+			}
 		}
-		m.mu.Lock()
 		m.agents[agentID] = a
 		m.mu.Unlock()
 	}
 	if a == nil { // another server's spawn
-		return sp.JobID, true
+		return sp.JobID, true, limit
 	}
 	m.mu.Lock()
 	a.state, a.goneAt = store.SpawnRunning, time.Time{}
@@ -327,6 +384,7 @@ func (m *Manager) Registered(agentID string) (jobID string, ephemeral bool) {
 	if st != nil {
 		st.failures, st.deferUntil = 0, time.Time{}
 	}
+	limit = a.given
 	m.mu.Unlock()
 	a.regOnce.Do(func() {
 		close(a.registered)
@@ -334,7 +392,26 @@ func (m *Manager) Registered(agentID string) (jobID string, ephemeral bool) {
 			h(a.backend, m.now().Sub(a.startedAt))
 		}
 	})
-	return a.jobID, true
+	return a.jobID, true, limit
+}
+
+// sizeOf is what a spawn this process did not start was given: the size
+// for the resources of the job it was started for (its key), by its
+// scaler's configuration here.
+func (m *Manager) sizeOf(sp store.Spawn) kiln.Resources {
+	var asked kiln.Resources
+	if sp.JobID != "" {
+		if j, err := m.db.Jobs().Get(context.Background(), sp.JobID); err == nil {
+			asked = j.Requirement.Resources
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.config(sp.Scaler)
+	if c == nil {
+		return asked
+	}
+	return given(*c, asked)
 }
 
 // Took is told by the fleet that a scaler's agent was sent a job: events
@@ -411,7 +488,7 @@ func (m *Manager) warm(ctx context.Context) {
 		if err != nil || room <= 0 {
 			continue
 		}
-		if err := m.spawn(ctx, c, "", ""); err != nil && err != errNoRoom {
+		if err := m.spawn(ctx, c, "", "", kiln.Resources{}); err != nil && err != errNoRoom {
 			m.log.Warn("scaler: starting a warm-pool agent failed", "scaler", c.Name, "err", err)
 		}
 	}
@@ -429,12 +506,44 @@ func (m *Manager) warmReadyLocked(name string) int {
 	return n
 }
 
+// pickLocked is the scaler that starts agents for jobs requiring r: of
+// those whose agents accept its labels and that can ever give what it
+// asks for, the smallest label set (B168, B199); -1 for none.
+func (m *Manager) pickLocked(r kiln.Requirement) int {
+	return match(m.scalers, func(name string) bool {
+		c := m.config(name)
+		return c == nil || m.retiring(name) || tooBig(*c, m.cfg.Caps, r.Resources) != ""
+	}, r)
+}
+
+// tooBigLocked says, when scalers serve r's labels but none can ever give
+// what it asks for, why not, naming each and the key that bounds it; ""
+// otherwise (B199).
+func (m *Manager) tooBigLocked(r kiln.Requirement) string {
+	var why []string
+	for _, c := range m.scalers {
+		if m.retiring(c.Name) || !serves(c, r) {
+			continue
+		}
+		w := tooBig(c, m.cfg.Caps, r.Resources)
+		if w == "" {
+			return ""
+		}
+		why = append(why, w)
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return tooBigReason(r.Resources, why)
+}
+
 // Serves reports whether a configured scaler would start an agent for a
-// job with the requirement (the engine's unroutable probe asks, B169).
+// job with the requirement (the engine's unroutable probe asks, B169): one
+// serves its labels and can give its resources.
 func (m *Manager) Serves(r kiln.Requirement) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return match(m.scalers, m.retiring, r) >= 0
+	return m.pickLocked(r) >= 0
 }
 
 // Names are the configured scalers, for the unroutable message.
@@ -443,20 +552,35 @@ func (m *Manager) Names() []string {
 	defer m.mu.Unlock()
 	out := make([]string, 0, len(m.scalers))
 	for _, c := range m.scalers {
-		out = append(out, c.Name)
+		if !m.retiring(c.Name) {
+			out = append(out, c.Name)
+		}
 	}
 	return out
 }
 
+// TooBig says why no scaler can start an agent for a job with the
+// requirement when some serve its labels but none can give the resources
+// it asks for ("" otherwise): the unroutable message ends with it (B199).
+func (m *Manager) TooBig(r kiln.Requirement) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tooBigLocked(r)
+}
+
 // Reason says why jobs with the requirement wait when a scaler serves it:
-// an agent is being started, the scaler is at capacity, or — ""
-// with true — it backs off after a failure, and the jobs keep the
-// provisioning error as their reason.
+// an agent is being started, the scaler is at capacity (its agents, or a
+// CPU or memory budget, B198), no scaler can ever give what they ask for
+// (B199), or — "" with true — it backs off after a failure, and the jobs
+// keep the provisioning error as their reason.
 func (m *Manager) Reason(r kiln.Requirement) (string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i := match(m.scalers, m.retiring, r)
+	i := m.pickLocked(r)
 	if i < 0 {
+		if why := m.tooBigLocked(r); why != "" {
+			return why, true
+		}
 		return "", false
 	}
 	c := m.scalers[i]
@@ -464,14 +588,23 @@ func (m *Manager) Reason(r kiln.Requirement) (string, bool) {
 	if m.now().Before(st.deferUntil) {
 		return "", true
 	}
-	n := 0
+	// A scaler full of agents still starting is busy for the waiting
+	// jobs' own sake: they read "spawning", not "at capacity".
+	n, starting := 0, 0
 	for _, a := range m.agents {
 		if a.scaler == c.Name {
 			n++
+			if a.state == store.SpawnSpawning {
+				starting++
+			}
 		}
 	}
-	if n >= c.MaxAgents {
+	if n >= c.MaxAgents && starting == 0 {
 		return fmt.Sprintf("at capacity (scaler %s: %d of %d agents)", c.Name, n, c.MaxAgents), true
+	}
+	// The same for a CPU or memory budget (B198).
+	if ok, why := fits(c, m.cfg.Caps, st.reserved, m.reservedLocked(), given(c, r.Resources)); !ok && starting == 0 {
+		return "at capacity (" + why + ")", true
 	}
 	return fmt.Sprintf("%s (scaler %s)", store.ReasonSpawning, c.Name), true
 }

@@ -17,7 +17,11 @@ import (
 // is short-lived; nothing secret waits in the queue). A fork pull
 // request's job gets the same read-only credentials: they open nothing
 // its author could not read in the fork. A job from no configured source
-// is cloned as its event named it.
+// is cloned as its event named it. The source's configuration comes from
+// the Sources cache, not its row: a write of the source drops it on this
+// server before the write returns, and on the others when its
+// notification arrives (ingress.SourceTrust bounds a missed one), so a
+// rotated or removed credential does not reach a job sent after it.
 type sourceCredentials struct{ sources *ingress.Sources }
 
 // Checkout returns the checkout of src with the source's credentials.

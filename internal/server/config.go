@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kilnci/kiln/internal/artifacts"
+	"github.com/kilnci/kiln/internal/caches"
 	"io"
 	"net"
 	"net/url"
@@ -22,10 +23,12 @@ import (
 	"github.com/kilnci/kiln/internal/fleet"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/ingress"
+	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/metrics"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/web"
 )
 
 // Config is the whole server configuration. It is read from, in increasing
@@ -55,13 +58,39 @@ type Config struct {
 	Scalers    []scaler.Config `yaml:"scalers"`
 	ScalerCaps scaler.Caps     `yaml:"scaler_caps"`
 	Artifacts  ArtifactsConfig `yaml:"artifacts"`
+	Caches     CachesConfig    `yaml:"caches"`
+	Retention  RetentionConfig `yaml:"retention"`
 
 	Cluster ClusterConfig `yaml:"cluster"`
+
+	Dashboard DashboardConfig `yaml:"dashboard"`
+}
+
+// DashboardConfig configures the web dashboard at / (docs/dashboard.md).
+type DashboardConfig struct {
+	SessionTTL time.Duration `yaml:"session_ttl" doc:"how long a dashboard login lasts (it also ends at logout and when its token is revoked or expires)"`
 }
 
 // ArtifactsConfig bounds the artifacts jobs upload (docs/storage.md).
 type ArtifactsConfig struct {
 	MaxBytes int64 `yaml:"max_bytes" doc:"the largest artifact kiln stores, in bytes as uploaded (a gzipped tar); a larger upload fails the job"`
+}
+
+// CachesConfig bounds the caches jobs save and the wait of a job's
+// success for its uploads (docs/storage.md#caches).
+type CachesConfig struct {
+	MaxBytes            int64         `yaml:"max_bytes" doc:"what one repository's caches may take in all, in bytes as uploaded; past it the least recently used are evicted, and one larger cache is refused"`
+	UploadSettleTimeout time.Duration `yaml:"upload_settle_timeout" doc:"how long a job's success waits for the cache and artifact uploads it started before its dependents are released; 0 disables the wait"`
+}
+
+// RetentionConfig is how long kiln keeps what it collects; the leader's
+// garbage collector deletes what is older (docs/storage.md#retention). 0
+// keeps that kind forever.
+type RetentionConfig struct {
+	Runs       time.Duration `yaml:"runs" doc:"finished runs are deleted this long after they end, with their jobs, logs and artifacts; 0 keeps them"`
+	Artifacts  time.Duration `yaml:"artifacts" doc:"artifacts are deleted this long after their upload (before their run, when shorter); 0 keeps them as long as their run"`
+	Caches     time.Duration `yaml:"caches" doc:"caches nobody saved or restored for this long are deleted; 0 keeps them (caches.max_bytes still evicts)"`
+	Deliveries time.Duration `yaml:"deliveries" doc:"the webhook event log's entries are deleted this long after receipt; redelivery ids are kept for webhooks.dedup_ttl whatever this says; 0 keeps them"`
 }
 
 // ClusterConfig configures how servers sharing one PostgreSQL database know
@@ -155,6 +184,10 @@ type MetricsConfig struct {
 type StorageConfig struct {
 	Backend string   `yaml:"backend" doc:"filesystem (in data_dir/storage, this server only) or s3 (shared by every server on the database)"`
 	S3      S3Config `yaml:"s3"`
+	// LogShipInterval is how often a running step's new log lines go to
+	// the s3 backend: what a viewer on another server lags at most, and
+	// what a server killed meanwhile holds unshipped until it restarts.
+	LogShipInterval time.Duration `yaml:"log_ship_interval" doc:"with s3, how often the new log lines of running steps are shipped to the bucket (a finished step's go at once)"`
 }
 
 // S3Config configures the s3 storage backend. The credentials are read
@@ -226,11 +259,15 @@ func DefaultConfig() Config {
 			DeadAfter:         cluster.DefaultDeadAfter,
 		},
 		Storage: StorageConfig{
-			Backend: "filesystem",
-			S3:      S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
+			Backend: "filesystem", LogShipInterval: logstore.DefaultShipInterval,
+			S3: S3Config{Region: "us-east-1", AccessKeyEnv: "AWS_ACCESS_KEY_ID", SecretKeyEnv: "AWS_SECRET_ACCESS_KEY"},
 		},
-		Artifacts:  ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
+		Artifacts: ArtifactsConfig{MaxBytes: artifacts.DefaultMaxBytes},
+		Caches:    CachesConfig{MaxBytes: caches.DefaultMaxBytes, UploadSettleTimeout: caches.DefaultSettleTimeout},
+		Retention: RetentionConfig{Runs: 90 * 24 * time.Hour, Artifacts: 30 * 24 * time.Hour, Caches: 7 * 24 * time.Hour,
+			Deliveries: 30 * 24 * time.Hour},
 		ScalerCaps: scaler.DefaultCaps(),
+		Dashboard:  DashboardConfig{SessionTTL: web.DefaultSessionTTL},
 	}
 }
 
@@ -496,7 +533,25 @@ func (c *Config) Validate() error {
 	if c.Artifacts.MaxBytes < 1 {
 		errs = append(errs, fmt.Errorf("artifacts.max_bytes must be at least 1, got %d", c.Artifacts.MaxBytes))
 	}
+	if c.Caches.MaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("caches.max_bytes must be at least 1, got %d", c.Caches.MaxBytes))
+	}
+	for _, r := range []struct {
+		key string
+		d   time.Duration
+	}{{"retention.runs", c.Retention.Runs}, {"retention.artifacts", c.Retention.Artifacts}, {"retention.caches", c.Retention.Caches}, {"retention.deliveries", c.Retention.Deliveries}} {
+		if r.d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", r.key, r.d))
+		}
+	}
+	if c.Caches.UploadSettleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("caches.upload_settle_timeout must not be negative, got %s", c.Caches.UploadSettleTimeout))
+	}
+	if c.Dashboard.SessionTTL < time.Minute || c.Dashboard.SessionTTL > 90*24*time.Hour {
+		errs = append(errs, fmt.Errorf("dashboard.session_ttl must be between 1m and 2160h (90 days), got %s", c.Dashboard.SessionTTL))
+	}
 	errs = append(errs, scaler.Validate(c.Scalers, c.ScalerCaps)...)
+	errs = append(errs, unbuiltScalers(c.Scalers)...)
 	return errors.Join(errs...)
 }
 
@@ -514,9 +569,12 @@ func redactURL(raw string) string {
 func (s StorageConfig) validate() []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if s.LogShipInterval <= 0 {
+		add("storage.log_ship_interval must be positive, got %s", s.LogShipInterval)
+	}
 	switch s.Backend {
 	case "filesystem":
-		return nil
+		return errs
 	case "s3":
 	default:
 		add("storage.backend must be filesystem or s3, got %q", s.Backend)

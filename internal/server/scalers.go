@@ -15,13 +15,11 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
-// newScalers builds the scaler manager when scalers are configured (nil
-// otherwise). Its agents dial the server's own address unless a scaler
-// names a server_url (SetServerURL, once the server listens).
+// newScalers builds the scaler manager, with the scalers configured — none
+// is fine: a reload may add some (SIGHUP, B227), and until then it does
+// nothing. Its agents dial the server's own address unless a scaler names
+// a server_url (SetServerURL, once the server listens).
 func newScalers(cfg Config, db *store.DB, opts Options, log *slog.Logger) (*scaler.Manager, error) {
-	if len(cfg.Scalers) == 0 {
-		return nil, nil
-	}
 	instance, err := instanceID(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -29,6 +27,17 @@ func newScalers(cfg Config, db *store.DB, opts Options, log *slog.Logger) (*scal
 	la := &localAgents{cfg: cfg}
 	backends := map[string]scaler.Backend{
 		"process": &scaler.Process{Binary: opts.AgentBinary, StateRoot: cfg.DataDir + "-scaled", Hide: la.hidden()},
+		"event":   &scaler.EventBackend{DB: db, Clock: opts.Clock},
+		// The VMs' API sockets live in a short directory: a unix socket
+		// path has at most 108 bytes.
+		"firecracker": &scaler.Firecracker{StateRoot: cfg.DataDir + "-vms"},
+		"microvm":     &scaler.MicroVM{StateRoot: cfg.DataDir + "-vms"},
+	}
+	if err := addDocker(backends, cfg, instance); err != nil {
+		return nil, err
+	}
+	if err := addKubernetes(backends, cfg, instance); err != nil {
+		return nil, err
 	}
 	return scaler.NewManager(db, scaler.ManagerConfig{
 		Scalers: cfg.Scalers, Caps: cfg.ScalerCaps, Instance: instance, RecoveryWindow: cfg.Agents.RecoveryWindow,

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kilnci/kiln/internal/artifacts"
+	"github.com/kilnci/kiln/internal/caches"
+	"github.com/kilnci/kiln/internal/retention"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -43,6 +46,12 @@ type Options struct {
 	// points it at the working tree); default: the clone URL and
 	// credentials of the run's source (sourceCredentials).
 	CloneCredentials fleet.CloneCredentials
+	// Reload, when set, asks for the configuration to be read again with
+	// LoadConfig (kiln server sends one per SIGHUP): its scalers and
+	// scaler_caps are applied; other changes are logged as needing a
+	// restart (B227–B229).
+	Reload     <-chan struct{}
+	LoadConfig func() (Config, error)
 }
 
 // Server is a running kiln server, handed to Options.Ready.
@@ -97,6 +106,9 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	// token it would then lose (B129).
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("listen on %s: the address is in use (another kiln server?); stop it, or give this one another address with --listen HOST:PORT", cfg.Listen)
+		}
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	defer ln.Close()
@@ -123,7 +135,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	logs, err := logstore.Open(logstore.Config{Dir: filepath.Join(cfg.DataDir, "logs"), Logger: log.With("part", "logs"),
-		Archive: logArchive(cfg, blobs)})
+		Archive: logArchive(cfg, blobs), ShipInterval: cfg.Storage.LogShipInterval})
 	if err != nil {
 		return err
 	}
@@ -166,11 +178,20 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	fcfg := fleetConfig(cfg, cl, opts.Clock, log)
 	fcfg.Scaler = fleetScaler(scalers)
+	// The upload settle: a job's success waits for the cache and artifact
+	// uploads it started (recorded in the database, so on any server).
+	settle := caches.NewSettle(db, caches.SettleConfig{Timeout: cfg.Caches.UploadSettleTimeout, Logger: log.With("part", "settle")})
+	fcfg.Settle = settle
 	fl, err := fleet.New(db, logs, creds, fcfg)
 	if err != nil {
 		return err
 	}
-	statuses := newStatusPoster(sources, log.With("part", "statuses"))
+	// The reporter is made once the engine is; GitHub refusing a check
+	// run (posted as a commit status instead) is recorded on the run.
+	var reporter *statusReporter
+	statuses := newStatusPoster(sources, log.With("part", "statuses"), func(src string, st forge.Status, reason string) {
+		reporter.fellBack(src, st, reason)
+	})
 	met, err := newMetrics(cfg, db, fl, statuses, log.With("part", "metrics"))
 	if err != nil {
 		return err
@@ -178,6 +199,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if scalers != nil {
 		scalers.SetFleet(fl)
 		scalers.SetHooks(met.ScalerHooks())
+		scalers.SetLeading(func() bool { _, ok := cl.Leading(); return ok })
 	}
 	// The engine wakes and cancels jobs through the fleet, applies what the
 	// fleet commits, and tells the metrics what it did.
@@ -187,17 +209,39 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		Hooks: met.EngineHooks(), Scalers: engineScalers(scalers),
 		Leading: func() bool { _, ok := cl.Leading(); return ok },
 	})
-	reporter := newStatusReporter(eng, db, statuses, cfg.PublicURL, log.With("part", "statuses"))
+	reporter = newStatusReporter(eng, db, sources, logs, statuses, cfg.PublicURL, log.With("part", "statuses"))
+	// The instance id, kept in the data directory, names this server's
+	// delivery claims, so a restart takes up at once what it held.
+	instance, err := instanceID(cfg.DataDir)
+	if err != nil {
+		return err
+	}
 	proc := ingress.New(db, eng, sources, ingress.Config{
+		Owner:        instance,
 		MaxBodyBytes: cfg.Webhooks.MaxBodyBytes, ClaimLease: cfg.Webhooks.ClaimLease, Logger: log.With("part", "ingress"),
 		MaxUnverified: cfg.Webhooks.MaxUnverified, InMemoryBytes: cfg.Webhooks.InMemoryBytes, SpoolDir: spoolDir,
 		UnverifiedWait: cfg.HTTP.ReadTimeout / 2,
 		Recorded:       met.DeliveryRecorded, Finished: met.DeliveryFinished, Refused: met.WebhookRefused,
+		Invalid: reporter.invalid,
 	})
 	scheduler := ingress.NewScheduler(db, eng, cfg.Runs.ScheduleInterval, opts.Clock, log.With("part", "schedules"))
 
 	arts, err := artifacts.New(db, blobs, artifacts.Config{MaxBytes: cfg.Artifacts.MaxBytes, Idle: cfg.HTTP.WriteTimeout,
-		Logger: log.With("part", "artifacts")})
+		Tracker: settle, Logger: log.With("part", "artifacts")})
+	if err != nil {
+		return err
+	}
+	cachesSvc, err := caches.New(db, blobs, caches.Config{MaxBytes: cfg.Caches.MaxBytes, Idle: cfg.HTTP.WriteTimeout,
+		Tracker: settle, Clock: opts.Clock, Logger: log.With("part", "caches")})
+	if err != nil {
+		return err
+	}
+
+	// The garbage collector: retention.* on the leader only.
+	gc, err := retention.New(db, blobs, logs, cachesSvc, cl, retention.Config{
+		Runs: cfg.Retention.Runs, Artifacts: cfg.Retention.Artifacts, Caches: cfg.Retention.Caches,
+		Deliveries: cfg.Retention.Deliveries, Clock: opts.Clock, Logger: log.With("part", "retention"), Hooks: met.RetentionHooks(),
+	})
 	if err != nil {
 		return err
 	}
@@ -207,10 +251,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	perWrite := func(h http.Handler) http.Handler { return perWriteDeadlines(h, cfg.HTTP.WriteTimeout) }
 	mux.Handle("POST /webhook/{kind}/{source}", perWrite(http.HandlerFunc(proc.Webhook)))
 	mux.Handle("/agent/v1/", arts.AgentHandler()) // its own deadlines, per read and per write
+	mux.Handle("/agent/v1/jobs/{job}/cache", cachesSvc.AgentHandler())
 	if cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", perWrite(metricsOnMain(db, met, log)))
 	}
-	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers, coordinator: cl.ID()}); err != nil {
+	if err := mountAPI(mux, perWrite, apiDeps{db: db, eng: eng, fleet: fl, proc: proc, sources: sources, logs: logs, arts: arts, log: log, writeTimeout: cfg.HTTP.WriteTimeout, scalers: scalers, coordinator: cl.ID(),
+		publicURL: cfg.PublicURL, sessionTTL: cfg.Dashboard.SessionTTL}); err != nil {
 		return err
 	}
 
@@ -231,21 +277,19 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		DB: db, Engine: eng, Fleet: fl, Ingress: proc, Sources: sources, Logs: logs, Metrics: met,
 		MetricsURL: metricsURL,
 	}
-	log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
-		"startup", time.Since(started).Round(time.Millisecond))
-	fmt.Fprint(opts.Out, cliHint(s.Addr))
-
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return eng.Run(gctx) })
 	g.Go(func() error { return fl.Run(gctx) })
 	g.Go(func() error { return cl.Run(gctx) })
+	g.Go(func() error { return sources.Listen(gctx) })
 	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return reporter.Run(gctx) })
 	g.Go(func() error { return scheduler.Run(gctx) })
 	g.Go(func() error { return met.Run(gctx) })
 	g.Go(func() error { return logs.Run(gctx) })
+	g.Go(func() error { return gc.Run(gctx) })
 	if metricsLn != nil {
 		g.Go(func() error { return metricsLn.Run(gctx) })
 	}
@@ -266,13 +310,27 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if scalers != nil {
 		scalers.SetServerURL(s.URL)
 		g.Go(func() error { return scalers.Run(gctx) })
+		if opts.Reload != nil && opts.LoadConfig != nil {
+			r := &reloader{running: cfg, load: opts.LoadConfig, scalers: scalers, log: log.With("part", "reload")}
+			g.Go(func() error { r.run(gctx, opts.Reload); return nil })
+		}
 	}
 	if cfg.LocalAgents > 0 {
 		la := &localAgents{db: db, cfg: cfg, url: s.URL, binary: opts.AgentBinary, log: log.With("part", "local-agents")}
 		g.Go(func() error { return la.Run(gctx) })
 	}
-	if opts.Ready != nil {
-		opts.Ready(s)
+	// Ready means agents are accepted: the fleet has finished its start-up
+	// recovery of the previous process's agents and /ws takes connections
+	// (B133). A start that fails before then is not announced at all.
+	select {
+	case <-fl.Started():
+		log.Info("kiln server ready", "url", s.URL, "metrics", s.MetricsURL, "data_dir", cfg.DataDir, "database", db.Dialect(),
+			"startup", time.Since(started).Round(time.Millisecond))
+		fmt.Fprint(opts.Out, cliHint(s.Addr))
+		if opts.Ready != nil {
+			opts.Ready(s)
+		}
+	case <-gctx.Done():
 	}
 	err = g.Wait()
 	log.Info("kiln server stopped")

@@ -16,6 +16,7 @@ import (
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/scaler"
 	"github.com/kilnci/kiln/internal/store"
+	"github.com/kilnci/kiln/internal/web"
 )
 
 // fleetConfig maps the agents section of the configuration onto the fleet.
@@ -61,18 +62,31 @@ type apiDeps struct {
 	coordinator string
 	// writeTimeout is http.write_timeout, taken per write by log follows.
 	writeTimeout time.Duration
+	// publicURL (https makes the dashboard's cookie Secure) and sessionTTL
+	// configure the dashboard.
+	publicURL  string
+	sessionTTL time.Duration
 }
 
 // mountAPI puts the REST API, /health and /ready on mux.
 func mountAPI(mux *http.ServeMux, wrap func(http.Handler) http.Handler, d apiDeps) error {
 	h, err := api.New(api.Deps{
 		DB: d.db, Engine: d.eng, Ingress: d.proc, Logs: d.logs, Fleet: fleetView{d.fleet}, Scalers: scalersView(d.scalers),
-		Artifacts: d.arts, Coordinator: d.coordinator,
+		Artifacts: d.arts, Coordinator: d.coordinator, Accepting: d.fleet.Accepting,
 	}, api.Config{Logger: d.log.With("part", "api"), LogWriteTimeout: d.writeTimeout})
 	if err != nil {
 		return err
 	}
-	mux.Handle("/", wrap(h))
+	for _, p := range []string{"/api/", "/health", "/ready"} {
+		mux.Handle(p, wrap(h))
+	}
+	dash, err := web.New(web.Deps{DB: d.db, API: h}, web.Config{
+		PublicURL: d.publicURL, SessionTTL: d.sessionTTL, Logger: d.log.With("part", "web"),
+	})
+	if err != nil {
+		return err
+	}
+	mux.Handle("/", wrap(dash))
 	return nil
 }
 

@@ -55,6 +55,7 @@ func (r Runs) Approve(ctx context.Context, runID, by string) (ApproveResult, err
 			WHERE id = ? AND approved_at IS NULL`, by, now, now, now, runID); err != nil {
 			return err
 		}
+		t.event(runID, "", EventApproved, "approved by "+by)
 		return t.releaseHeld(ctx, runID)
 	})
 	res.Effects = eff

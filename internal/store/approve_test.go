@@ -45,6 +45,19 @@ func TestHeldRunWaitsForApproval(t *testing.T) {
 				t.Fatalf("held job %s: %s, %q", j.Name, j.Status, j.PendingReason)
 			}
 		}
+		// The queue lists the held jobs, saying they wait for a person.
+		waiting, err := db.Queue().Waiting(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(waiting) != len(run.Jobs) {
+			t.Fatalf("the queue lists %d jobs of the held run, want its %d", len(waiting), len(run.Jobs))
+		}
+		for _, w := range waiting {
+			if w.Status != kiln.JobPending || w.Reason != holdReason || w.RunID != cr.ID {
+				t.Fatalf("held job in the queue: %+v", w)
+			}
+		}
 		// Days go by: nothing claims, expires or times the run out.
 		clock.Advance(72 * time.Hour)
 		if cs, err := db.Queue().Claim(ctx, "agent-1", linux, 10); err != nil || len(cs) != 0 {
@@ -81,6 +94,13 @@ func TestHeldRunWaitsForApproval(t *testing.T) {
 		}
 		if reasons["test"] != "waiting for needs: build" || !strings.Contains(reasons["lint (2)"], "max_parallel") {
 			t.Fatalf("pending reasons after approval: %q", reasons)
+		}
+		waiting, err = db.Queue().Waiting(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(waiting) != 2 || waiting[0].Status != kiln.JobQueued || waiting[1].Status != kiln.JobQueued {
+			t.Fatalf("after approval the queue lists %+v, want the two queued jobs", waiting)
 		}
 		if cs, err := db.Queue().Claim(ctx, "agent-1", linux, 10); err != nil || len(cs) != 2 {
 			t.Fatalf("after approval an agent claims %d jobs (%v), want 2", len(cs), err)

@@ -278,6 +278,12 @@ func scanClaimed(rows *sql.Rows, err error) ([]Claimed, error) {
 	return out, nil
 }
 
+// dispatchDetail is a claim's timeline entry (claimPostgres writes the
+// same words in SQL).
+func dispatchDetail(attempt int, agentID string) string {
+	return fmt.Sprintf("attempt %d sent to agent %s", attempt, agentID)
+}
+
 // sortClaimed orders claims oldest first (ids are UUIDv7, time-ordered);
 // RETURNING does not promise an order.
 func sortClaimed(cs []Claimed) {

@@ -25,7 +25,17 @@ type claimAsk struct {
 // committed update made it no longer queued; a completion that held that
 // job's run and waited for the row would deadlock with it.) A run whose row
 // was busy stays pending until its job starts (Jobs().Start).
+//
+// The statement also records each claim on its run's timeline (the ev
+// insert): no statement of its own, no round trip more. Inside a
+// transaction, the events recorded before it are written first, so the
+// timeline keeps their order (a job released and claimed in one commit).
 func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
+	if t, ok := q.(*txn); ok {
+		if err := t.flushEvents(ctx); err != nil {
+			return nil, err
+		}
+	}
 	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
 	total := 0
 	for _, a := range asks {
@@ -57,13 +67,15 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	}
 	b.WriteString("), claimed AS (UPDATE jobs j SET " + claimSet("j.", "who.agent") + ` FROM pick JOIN who ON who.rn = pick.rn
 		WHERE j.id = pick.id AND j.status = 'queued'
-		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, who.ask),
+		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, who.ask, who.agent),
 		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
 		WHERE r.id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM claimed) AND status = 'pending' FOR UPDATE SKIP LOCKED)
-		RETURNING r.id)
+		RETURNING r.id),
+		ev AS (INSERT INTO run_events (run_id, job_id, at, type, detail)
+		SELECT run_id, id, ?, '` + EventDispatched + `', 'attempt ' || attempts || ' sent to agent ' || agent FROM claimed)
 		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, c.ask, s.id IS NOT NULL
 		FROM claimed c LEFT JOIN started s ON s.id = c.run_id`)
-	args = append(args, now, ack, now, now, now, now)
+	args = append(args, now, ack, now, now, now, now, now)
 	rows, err := q.query(ctx, b.String(), args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)

@@ -32,6 +32,7 @@ func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slo
 	var runIDs []any
 	for i := range out {
 		out[i].AckDeadline = time.UnixMilli(ack).UTC()
+		t.event(out[i].RunID, out[i].JobID, EventDispatched, dispatchDetail(out[i].Attempt, agentID))
 		if !runs[out[i].RunID] {
 			runs[out[i].RunID] = true
 			runIDs = append(runIDs, out[i].RunID)

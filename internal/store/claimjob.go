@@ -42,6 +42,7 @@ func (q Queue) ClaimJob(ctx context.Context, agentID string, agent kiln.AgentLab
 			return fmt.Errorf("claim job: %w", err)
 		}
 		c.Spec, c.Requirement, c.AckDeadline = json.RawMessage(spec), KeyRequirement(key), time.UnixMilli(ack).UTC()
+		t.event(c.RunID, c.JobID, EventDispatched, dispatchDetail(c.Attempt, agentID))
 		// The caller reports the run's start (RunStarted), as for Claim.
 		var id string
 		err = t.queryRow(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?

@@ -189,7 +189,12 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 	}
 	out.ID = runID
 	t.locked[runID] = true // a row no one else can see yet
-	t.markDirty(runID)     // a run without jobs (or all skipped) ends at once
+	if nr.RerunOf != "" {
+		if err := t.recordRerun(ctx, nr.RerunOf, runID, out.Number, jobs); err != nil {
+			return err
+		}
+	}
+	t.markDirty(runID) // a run without jobs (or all skipped) ends at once
 
 	hasDependents := map[string]bool{}
 	for _, j := range jobs {
@@ -232,6 +237,12 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			}))
 			released = append(released, movedJob{ID: id, RunID: runID, Name: j.Name, Base: j.Base, FailFast: j.FailFast,
 				HasDependents: hasDependents[j.Base], Status: r.status})
+			if r.status == kiln.JobQueued {
+				t.event(runID, id, EventReleased, "queued for "+describeKey(r.key))
+			}
+		}
+		if j.Reuse != nil {
+			t.event(runID, id, EventReused, fmt.Sprintf("%s in the run this one reruns: not run again", j.Reuse.Status))
 		}
 		jobRows = append(jobRows, []any{id, runID, i, j.Name, j.Base, jsonText(j.Matrix, "{}"), string(r.status), r.ready,
 			boolInt(hasDependents[j.Base]), j.MaxParallel, boolInt(j.FailFast), string(j.OnAgentLost),
@@ -260,6 +271,31 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		return nil
 	}
 	return t.releaseRest(ctx, runID, jobs)
+}
+
+// recordRerun puts a rerun on both runs' timelines.
+func (t *txn) recordRerun(ctx context.Context, origID, runID string, number int64, jobs []NewJob) error {
+	var orig int64
+	err := t.queryRow(ctx, "SELECT number FROM runs WHERE id = ?", origID).Scan(&orig)
+	if isNoRows(err) {
+		return nil // the run it reruns is gone (retention): nothing to say on it
+	}
+	if err != nil {
+		return fmt.Errorf("rerun of %s: %w", origID, err)
+	}
+	what := "all jobs"
+	reused := 0
+	for _, j := range jobs {
+		if j.Reuse != nil {
+			reused++
+		}
+	}
+	if reused > 0 {
+		what = fmt.Sprintf("failed jobs only: %d of %d carried over", reused, len(jobs))
+	}
+	t.event(runID, "", EventRerun, fmt.Sprintf("rerun of run #%d (%s)", orig, what))
+	t.event(origID, "", EventRerun, fmt.Sprintf("rerun as run #%d (%s)", number, what))
+	return nil
 }
 
 // jobRow is the state a job of a new run is written with.

@@ -141,6 +141,9 @@ type DB struct {
 	health    writeHealth // best-effort writes that failed (B131)
 	closeOnce sync.Once
 	closeErr  error
+
+	// sourceWatch are the callbacks of WatchSources.
+	sourceWatch sourceWatchers
 }
 
 // Open connects to the database named by cfg.URL, applies the embedded

@@ -74,35 +74,40 @@ func (i Ingress) Record(ctx context.Context, d NewDelivery) (id int64, duplicate
 	err = i.h.write(ctx, func(t *txn) error {
 		duplicate = false
 		now := ms(t.now)
-		if d.DeliveryID != "" {
-			var src string
-			err := t.queryRow(ctx, `INSERT INTO delivery_dedup (source, delivery_id, expires_at) VALUES (?, ?, ?)
-				ON CONFLICT (source, delivery_id) DO UPDATE SET expires_at = excluded.expires_at
-				WHERE delivery_dedup.expires_at <= ? RETURNING source`,
-				d.Source, d.DeliveryID, ms(t.now.Add(t.db.cfg.DedupTTL)), now).Scan(&src)
-			switch {
-			case isNoRows(err):
-				duplicate = true
-			case err != nil:
-				return fmt.Errorf("dedup: %w", err)
-			}
-		}
 		replay := false
-		if !duplicate && d.BodyHash != "" {
-			var src string
-			err := t.queryRow(ctx, `INSERT INTO delivery_dedup (source, delivery_id, expires_at) VALUES (?, ?, ?)
-				ON CONFLICT (source, delivery_id) DO UPDATE SET expires_at = excluded.expires_at
-				WHERE delivery_dedup.expires_at <= ? RETURNING source`,
-				d.Source, bodyDedupPrefix+d.BodyHash, ms(t.now.Add(t.db.cfg.DedupTTL)), now).Scan(&src)
+		var keys []string
+		if d.DeliveryID != "" {
+			keys = append(keys, d.DeliveryID)
+		}
+		if d.BodyHash != "" { // B116
+			keys = append(keys, bodyDedupPrefix+d.BodyHash)
+		}
+		if len(keys) > 0 {
+			// The delivery id and the signed body's hash in one statement
+			// (one round trip on the webhook's path to its 202): each
+			// row is inserted, or renewed when expired; the rows returned
+			// are the keys not seen within the TTL.
+			fresh, err := t.dedup(ctx, d.Source, keys, ms(t.now.Add(t.db.cfg.DedupTTL)), now)
+			if err != nil {
+				return err
+			}
 			switch {
-			case isNoRows(err):
+			case d.DeliveryID != "" && !fresh[d.DeliveryID]:
+				duplicate = true
+				if hk := bodyDedupPrefix + d.BodyHash; d.BodyHash != "" && fresh[hk] {
+					// A duplicate id records no body hash: undo this
+					// statement's (an expired row is as good as none).
+					if _, err := t.exec(ctx, "UPDATE delivery_dedup SET expires_at = ? WHERE source = ? AND delivery_id = ?", now, d.Source, hk); err != nil {
+						return fmt.Errorf("dedup: %w", err)
+					}
+				}
+			case d.BodyHash != "" && !fresh[bodyDedupPrefix+d.BodyHash]:
 				duplicate, replay = true, true
-			case err != nil:
-				return fmt.Errorf("dedup: %w", err)
 			}
 		}
 		status, message, body := kiln.DeliveryReceived, "", d.Body
 		var owner, until, processed any
+		attempts := 0
 		if duplicate {
 			status, message, body, processed = kiln.DeliveryDuplicate, "a delivery with this id was already received", nil, now
 			if replay {
@@ -113,12 +118,14 @@ func (i Ingress) Record(ctx context.Context, d NewDelivery) (id int64, duplicate
 			if claim <= 0 {
 				claim = DefaultDeliveryClaim
 			}
-			owner, until = d.Owner, ms(t.now.Add(claim))
+			// Claimed at once: the recording server's processing is the
+			// first attempt, so a takeover is the second (B134).
+			owner, until, attempts = d.Owner, ms(t.now.Add(claim)), 1
 		}
 		return t.queryRow(ctx, `INSERT INTO deliveries (source, delivery_id, event, headers, body, status, message, received_at,
-			processed_at, claimed_by, claim_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			processed_at, claimed_by, claim_until, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			d.Source, d.DeliveryID, d.Event, string(headers), body, string(status), message, now,
-			processed, owner, until).Scan(&id)
+			processed, owner, until, attempts).Scan(&id)
 	})
 	return id, duplicate, err
 }
@@ -178,6 +185,66 @@ func (i Ingress) Finish(ctx context.Context, id int64, owner string, status kiln
 		}
 		return nil
 	})
+}
+
+// Note adds a line to a finished delivery's message, unless the message
+// has it already: what happened after its outcome (the check run of its
+// lint errors that GitHub refused). Not a state transition.
+func (i Ingress) Note(ctx context.Context, id int64, note string) error {
+	return i.h.write(ctx, func(t *txn) error {
+		var msg string
+		err := t.queryRow(ctx, "SELECT message FROM deliveries WHERE id = ? AND status <> 'received'", id).Scan(&msg)
+		if isNoRows(err) {
+			return notFound("no finished delivery %d", id)
+		}
+		if err != nil || strings.Contains(msg, note) {
+			return err
+		}
+		if msg != "" {
+			msg += "\n"
+		}
+		_, err = t.exec(ctx, "UPDATE deliveries SET message = ? WHERE id = ?", msg+note, id)
+		return err
+	})
+}
+
+// Retry records why an attempt to process a delivery owner holds failed,
+// as its message, and keeps it from every processor for wait: then the
+// poll takes it up for its next attempt. It is a conflict when owner no
+// longer holds the delivery.
+func (i Ingress) Retry(ctx context.Context, id int64, owner, reason string, wait time.Duration) error {
+	return i.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, `UPDATE deliveries SET message = ?, claim_until = ?
+			WHERE id = ? AND status = 'received' AND claimed_by = ?`,
+			reason, ms(t.now.Add(wait)), id, owner)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return conflict("delivery %d is not held by %s (already processed or taken over)", id, owner)
+		}
+		return nil
+	})
+}
+
+// Release ends the claims on unfinished deliveries of every owner named
+// prefix+"/…" but current, so the poll takes them up at once: a restarted
+// server (the same prefix, a new current owner) does not wait out the
+// claims it held when it stopped. It returns how many it released.
+func (i Ingress) Release(ctx context.Context, prefix, current string) (int64, error) {
+	prefix += "/"
+	var n int64
+	err := i.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, `UPDATE deliveries SET claim_until = NULL
+			WHERE status = 'received' AND claim_until IS NOT NULL AND substr(claimed_by, 1, ?) = ? AND claimed_by <> ?`,
+			len(prefix), prefix, current)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return n, err
 }
 
 // Get returns one delivery with its body.
@@ -291,4 +358,35 @@ func orEmptySlice(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// dedup inserts the keys of a delivery into delivery_dedup, renewing rows
+// that expired, and reports which keys were fresh (inserted or renewed).
+func (t *txn) dedup(ctx context.Context, source string, keys []string, expires, now int64) (map[string]bool, error) {
+	values := make([]string, len(keys))
+	args := make([]any, 0, 3*len(keys)+1)
+	for i, k := range keys {
+		values[i] = "(?, ?, ?)"
+		args = append(args, source, k, expires)
+	}
+	args = append(args, now)
+	rows, err := t.query(ctx, `INSERT INTO delivery_dedup (source, delivery_id, expires_at) VALUES `+strings.Join(values, ", ")+`
+		ON CONFLICT (source, delivery_id) DO UPDATE SET expires_at = excluded.expires_at
+		WHERE delivery_dedup.expires_at <= ? RETURNING delivery_id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: %w", err)
+	}
+	defer rows.Close()
+	fresh := make(map[string]bool, len(keys))
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("dedup: %w", err)
+		}
+		fresh[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dedup: %w", err)
+	}
+	return fresh, nil
 }

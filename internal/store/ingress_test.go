@@ -91,7 +91,7 @@ func TestDeliveryDedupRace(t *testing.T) {
 // A delivery answered 202 and then lost with its processor is claimed after
 // the claim expires and processed exactly once: Finish commits with the
 // runs it created, and a processor that lost its claim cannot finish.
-// Proves B8 (docs/behaviours.md).
+// Proves B8, B134 (docs/behaviours.md).
 func TestDeliveryProcessingExactlyOnce(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		id, _, err := db.Ingress().Record(ctx, store.NewDelivery{Source: "gh", DeliveryID: "d-1", Event: "push",
@@ -103,10 +103,11 @@ func TestDeliveryProcessingExactlyOnce(t *testing.T) {
 		if ds, _ := db.Ingress().Claim(ctx, "coord-2", time.Minute, 10); len(ds) != 0 {
 			t.Fatalf("claimed a held delivery: %+v", ds)
 		}
-		// coord-1 dies; after its claim expires coord-2 takes over.
+		// coord-1 dies; after its claim expires coord-2 takes over: the
+		// second attempt, coord-1's counted (B134).
 		clock.Advance(time.Minute)
 		ds, err := db.Ingress().Claim(ctx, "coord-2", time.Minute, 10)
-		if err != nil || len(ds) != 1 || ds[0].ID != id || string(ds[0].Body) != "{}" || ds[0].Attempts != 1 {
+		if err != nil || len(ds) != 1 || ds[0].ID != id || string(ds[0].Body) != "{}" || ds[0].Attempts != 2 {
 			t.Fatalf("claim %+v %v", ds, err)
 		}
 		// coord-1 comes back and tries to finish: refused, and its run is
@@ -180,6 +181,41 @@ func TestEventLog(t *testing.T) {
 		}
 		if _, err := db.Ingress().Get(ctx, 999); !errors.Is(err, store.ErrNotFound) || kiln.ErrorCode(err) != kiln.CodeNotFound {
 			t.Fatalf("missing delivery: %v", err)
+		}
+	})
+}
+
+// The delivery id and the signed body's hash are checked in one statement:
+// a body replayed under a new id is a duplicate, a repeated id is one, and
+// a repeated id's (different) body is not remembered as received — it was
+// never processed — so that body under a fresh id is new.
+// Proves B253 (docs/behaviours.md).
+func TestDeliveryDedupChecksIDAndBodyTogether(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		rec := func(id, hash string) bool {
+			t.Helper()
+			_, dup, err := db.Ingress().Record(ctx, store.NewDelivery{Source: "gh", DeliveryID: id, BodyHash: hash, Event: "push", Body: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return dup
+		}
+		if rec("d-1", "h-1") {
+			t.Fatal("the first delivery was a duplicate")
+		}
+		if !rec("d-2", "h-1") {
+			t.Fatal("a body replayed under a new id was not a duplicate")
+		}
+		if !rec("d-1", "h-2") {
+			t.Fatal("a repeated id was not a duplicate")
+		}
+		if rec("d-3", "h-2") {
+			t.Fatal("the body of a refused duplicate was remembered as received")
+		}
+		// Both keys expire with the TTL.
+		clock.Advance(store.DefaultDedupTTL)
+		if rec("d-1", "h-1") {
+			t.Fatal("a delivery past its TTL was a duplicate")
 		}
 	})
 }

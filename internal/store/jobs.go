@@ -52,33 +52,6 @@ func (j Jobs) Ack(ctx context.Context, l Lease) error {
 	})
 }
 
-// Start moves a dispatched job to running (the agent began it). Repeating it
-// under the same lease is a no-op.
-func (j Jobs) Start(ctx context.Context, l Lease) error {
-	return j.h.write(ctx, func(t *txn) error {
-		moved, err := t.move(ctx, mStart, change{ids: []string{l.JobID},
-			set:   "ack_deadline = NULL, started_at = ?, last_heartbeat_at = ?",
-			args:  []any{ms(t.now), ms(t.now)},
-			where: "AND lease_epoch = ?", wargs: []any{l.Epoch}})
-		if err != nil {
-			return err
-		}
-		if len(moved) > 0 {
-			// A PostgreSQL claim starts its run in a second statement that
-			// skips a locked run row, or the coordinator may have died
-			// between the two: a run still pending is started here.
-			return t.startRun(ctx, moved[0].RunID)
-		}
-		var status kiln.JobStatus
-		var epoch int64
-		if err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch); err == nil &&
-			epoch == l.Epoch && (status == sRunning || status == sCancelling) {
-			return nil // a repeated start
-		}
-		return t.refusal(ctx, l, "start")
-	})
-}
-
 // Heartbeat records that the agents are still working on the jobs. It
 // returns the leases it refused (stale epoch, job no longer held), whose
 // agents should abandon those jobs. Callers may debounce.
@@ -271,14 +244,4 @@ func (t *txn) refusal(ctx context.Context, l Lease, what string) error {
 	default:
 		return staleLease("%s of job %s refused: the lease is no longer held (the job is %s)", what, l.JobID, status)
 	}
-}
-
-// startRun moves a pending run to running; a no-op (taking no lock) for a
-// run already past pending.
-func (t *txn) startRun(ctx context.Context, runID string) error {
-	var pending int
-	if err := t.queryRow(ctx, "SELECT COUNT(*) FROM runs WHERE id = ? AND status = 'pending'", runID).Scan(&pending); err != nil || pending == 0 {
-		return err
-	}
-	return t.setRunStatus(ctx, runID, kiln.RunRunning, []kiln.RunStatus{kiln.RunPending})
 }

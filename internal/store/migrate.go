@@ -122,6 +122,7 @@ func applyMigrations(ctx context.Context, c *DB, conn *sql.Conn, all []migration
 			return fmt.Errorf("the database is at schema version %d, newer than this kiln knows (%d); run a newer kiln", v, latest)
 		}
 	}
+	var done []string
 	for _, m := range all {
 		if applied[m.version] {
 			continue
@@ -129,7 +130,16 @@ func applyMigrations(ctx context.Context, c *DB, conn *sql.Conn, all []migration
 		if err := applyOne(ctx, c, conn, m); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		c.log.Info("store: applied migration", "migration", m.name, "dialect", c.dialect.name())
+		c.log.Debug("store: applied migration", "migration", m.name, "dialect", c.dialect.name())
+		done = append(done, strings.TrimSuffix(m.name, ".sql"))
+	}
+	// One line, not one per migration: a first start applies them all.
+	switch {
+	case len(done) == 0:
+	case len(applied) == 0:
+		c.log.Info("store: created the database schema", "dialect", c.dialect.name(), "migrations", len(done), "version", done[len(done)-1])
+	default:
+		c.log.Info("store: applied migrations", "dialect", c.dialect.name(), "migrations", strings.Join(done, ","))
 	}
 	return nil
 }

@@ -123,7 +123,10 @@ type Run struct {
 	FinishedAt    time.Time
 	// Approval is set on a run that was held for an admin's approval.
 	Approval *Approval
-	Jobs     []Job // filled by Runs().Get, not by List
+	// ReportNote says why the run's report to its forge fell back (GitHub
+	// refused its check run; a commit status was posted instead).
+	ReportNote string
+	Jobs       []Job // filled by Runs().Get, not by List
 }
 
 // Approval is the hold of a run and its end: why it waited, and who let it

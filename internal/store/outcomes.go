@@ -170,6 +170,13 @@ func (t *txn) apply(ctx context.Context, vm verdictMoves, cs []candidate, outs [
 		}
 		if k.v == runrules.Requeue || k.v == runrules.Retry {
 			requeued = append(requeued, moved...)
+			typ := EventRequeued
+			if k.v == runrules.Retry {
+				typ = EventRetried
+			}
+			for _, j := range moved {
+				t.event(j.RunID, j.ID, typ, "back in the queue: "+k.reason)
+			}
 		}
 		out = append(out, moved...)
 	}

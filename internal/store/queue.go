@@ -72,14 +72,29 @@ func (q Queue) SetPendingReason(ctx context.Context, reason string, ids ...strin
 	return int(n), err
 }
 
-// SetPendingReasonForKey sets the pending reason of every queued job with
-// the routing key (kiln.Requirement.Key), keeping the time as above.
-func (q Queue) SetPendingReasonForKey(ctx context.Context, key, reason string) (int, error) {
+// SetPendingReasonForKey sets the pending reason of the queued jobs with
+// the routing key (kiln.Requirement.Key), keeping the time as above: at
+// most limit of them (all when limit ≤ 0), so a caller can write a long
+// queue in short transactions, calling again while it returns limit. The
+// reason was decided at decided (zero: now): a job whose provisioning error
+// was recorded after that keeps the error as its reason — the decision did
+// not know of it.
+func (q Queue) SetPendingReasonForKey(ctx context.Context, key, reason string, limit int, decided time.Time) (int, error) {
 	var n int64
 	err := q.h.write(ctx, func(t *txn) error {
-		res, err := t.exec(ctx, `UPDATE jobs SET pending_reason = ?, pending_since = ?
-			WHERE status = 'queued' AND queue_key = ? AND (pending_reason IS NULL OR pending_reason <> ?)`,
-			reason, ms(t.now), key, reason)
+		if decided.IsZero() {
+			decided = t.now
+		}
+		match := `status = 'queued' AND queue_key = ? AND (pending_reason IS NULL OR pending_reason <> ?)
+			AND (last_provisioning_error IS NULL OR updated_at <= ?)`
+		stmt := `UPDATE jobs SET pending_reason = ?, pending_since = ? WHERE ` + match
+		args := []any{reason, ms(t.now), key, reason, ms(decided)}
+		if limit > 0 {
+			stmt = `UPDATE jobs SET pending_reason = ?, pending_since = ?
+				WHERE status = 'queued' AND id IN (SELECT id FROM jobs WHERE ` + match + ` LIMIT ?)`
+			args = append(args, limit)
+		}
+		res, err := t.exec(ctx, stmt, args...)
 		if err != nil {
 			return err
 		}
@@ -167,9 +182,11 @@ func (q Queue) Depth(ctx context.Context) (Depth, error) {
 	return d, rows.Err()
 }
 
-// WaitingJob is a queued job and why it waits.
+// WaitingJob is a queued job, or one held for an admin's approval, and
+// why it waits.
 type WaitingJob struct {
 	ID                    string
+	Status                kiln.JobStatus // queued, or pending while its run waits for approval
 	RunID                 string
 	RunNumber             int64
 	Workflow              string
@@ -183,15 +200,20 @@ type WaitingJob struct {
 	LastProvisioningError string
 }
 
-// Waiting lists queued jobs, oldest first.
+// Waiting lists queued jobs and the jobs of runs held for approval (a
+// fork's pull request: pending, yet waiting on a person, not on needs),
+// oldest first.
 func (q Queue) Waiting(ctx context.Context, limit int) ([]WaitingJob, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := q.h.reader().query(ctx, `SELECT j.id, j.run_id, r.number, r.workflow, j.name, j.queue_key,
+	rows, err := q.h.reader().query(ctx, `SELECT j.id, j.status, j.run_id, r.number, r.workflow, j.name, j.queue_key,
 		COALESCE(j.pending_reason, ''), j.pending_since, j.queued_at, j.expires_at, j.attempts,
 		COALESCE(j.last_provisioning_error, '')
-		FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.status = 'queued' ORDER BY j.id LIMIT ?`, limit)
+		FROM jobs j JOIN runs r ON r.id = j.run_id
+		WHERE j.status = 'queued'
+		   OR (j.status = 'pending' AND r.approval_reason IS NOT NULL AND r.approved_at IS NULL)
+		ORDER BY j.id LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("waiting jobs: %w", err)
 	}
@@ -201,7 +223,7 @@ func (q Queue) Waiting(ctx context.Context, limit int) ([]WaitingJob, error) {
 		var w WaitingJob
 		var key string
 		var since, queued, expires sql.NullInt64
-		if err := rows.Scan(&w.ID, &w.RunID, &w.RunNumber, &w.Workflow, &w.Name, &key, &w.Reason,
+		if err := rows.Scan(&w.ID, &w.Status, &w.RunID, &w.RunNumber, &w.Workflow, &w.Name, &key, &w.Reason,
 			&since, &queued, &expires, &w.Attempts, &w.LastProvisioningError); err != nil {
 			return nil, err
 		}

@@ -126,7 +126,7 @@ func TestPendingReasons(t *testing.T) {
 		if j := mustJob(t, db, a); j.PendingReason != "no connected agent with labels linux" || !j.PendingSince.Equal(t1) {
 			t.Fatalf("a: %q since %v", j.PendingReason, j.PendingSince)
 		}
-		n, err = db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning)
+		n, err = db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 0, time.Time{})
 		if err != nil || n != 1 {
 			t.Fatalf("by key: %d %v", n, err)
 		}
@@ -201,6 +201,52 @@ func TestQueueDepth(t *testing.T) {
 		if !reflect.DeepEqual(d.ByKey, map[string]int{"linux": 1, "gpu,linux": 1}) ||
 			!reflect.DeepEqual(d.ByLabel, map[string]int{"linux": 2, "gpu": 1}) {
 			t.Fatalf("by key %v by label %v", d.ByKey, d.ByLabel)
+		}
+	})
+}
+
+// A key's reason written with a limit touches at most that many queued
+// jobs per call (the fleet writes a long queue in short transactions), and
+// a call after the last chunk changes nothing.
+func TestPendingReasonForKeyInChunks(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		mustCreate(t, db, newRun(job("a"), job("b"), job("c")))
+		var got []int
+		for range 3 {
+			n, err := db.Queue().SetPendingReasonForKey(ctx, linuxReq().Key(), "all 3 matching agents are busy", 2, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, n)
+		}
+		if got[0] != 2 || got[1] != 1 || got[2] != 0 {
+			t.Fatalf("chunks wrote %v jobs, want [2 1 0]", got)
+		}
+	})
+}
+
+// A reason decided before a job's provisioning error was recorded does not
+// replace the error as the job's reason (the dispatcher decided it without
+// knowing of the failure); one decided after it does (a new spawn began).
+func TestPendingReasonDecidedBeforeAProvisioningErrorKeepsTheError(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(reqJob("gpu", []string{"gpu"})))
+		id := cr.Jobs["gpu"]
+		decided := clock.Now()
+		clock.Advance(sec(1))
+		if ok, err := db.Queue().SetProvisioningError(ctx, id, "boom"); err != nil || !ok {
+			t.Fatalf("provisioning error: %v %v", ok, err)
+		}
+		failed := mustJob(t, db, id).PendingReason
+		if n, err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 500, decided); err != nil || n != 0 {
+			t.Fatalf("a reason decided before the error: %d %v", n, err)
+		}
+		if j := mustJob(t, db, id); j.PendingReason != failed {
+			t.Fatalf("reason %q, want %q", j.PendingReason, failed)
+		}
+		clock.Advance(sec(1))
+		if n, err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 500, clock.Now()); err != nil || n != 1 {
+			t.Fatalf("a reason decided after the error: %d %v", n, err)
 		}
 	})
 }

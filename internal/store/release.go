@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -213,6 +214,7 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 	specGroups := map[group][]idSpec{}
 	var specOrder []group
 	numbers := map[string]int64{} // run id → number, for the run context
+	why := map[string]string{}    // job id → its release event's detail
 	for i, p := range ps {
 		number, ok := numbers[p.RunID]
 		if !ok {
@@ -249,6 +251,7 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 			timeout = t.db.cfg.QueueTimeout
 		}
 		g := group{key, timeout}
+		why[p.ID] = releaseDetail(ups[i], key)
 		if r.Spec != nil {
 			if _, ok := specGroups[g]; !ok {
 				specOrder = append(specOrder, g)
@@ -261,20 +264,43 @@ func (t *txn) releaseAll(ctx context.Context, ps []pendingJob, ups [][]UpstreamJ
 		}
 		groups[g] = append(groups[g], p.ID)
 	}
+	var queued []movedJob
 	for _, g := range order {
-		if err := t.enqueue(ctx, groups[g], g.key, g.timeout, nil); err != nil {
+		moved, err := t.enqueue(ctx, groups[g], g.key, g.timeout, nil)
+		if err != nil {
 			return err
 		}
+		queued = append(queued, moved...)
 	}
 	for _, g := range specOrder {
 		jobs := specGroups[g]
 		for start := 0; start < len(jobs); start += specsPerStatement {
-			if err := t.enqueue(ctx, nil, g.key, g.timeout, jobs[start:min(start+specsPerStatement, len(jobs))]); err != nil {
+			moved, err := t.enqueue(ctx, nil, g.key, g.timeout, jobs[start:min(start+specsPerStatement, len(jobs))])
+			if err != nil {
 				return err
 			}
+			queued = append(queued, moved...)
 		}
 	}
+	for _, j := range queued {
+		t.event(j.RunID, j.ID, EventReleased, why[j.ID])
+	}
 	return nil
+}
+
+// releaseDetail is a released job's timeline entry: which needs were met
+// (none for a root job) and what it waits for in the queue.
+func releaseDetail(ups []UpstreamJob, key string) string {
+	if len(ups) == 0 {
+		return "queued for " + describeKey(key)
+	}
+	var bases []string
+	for _, u := range ups {
+		if !slices.Contains(bases, u.Base) {
+			bases = append(bases, u.Base)
+		}
+	}
+	return "needs met (" + strings.Join(bases, ", ") + "): queued for " + describeKey(key)
 }
 
 // idSpec is a released job and the spec it is queued with.
@@ -286,7 +312,7 @@ const specsPerStatement = 200
 
 // enqueue moves released jobs into the queue in one statement: ids keep
 // their spec, specs (when given instead) each get their own.
-func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, specs []idSpec) error {
+func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, specs []idSpec) ([]movedJob, error) {
 	var expires any
 	if timeout > 0 {
 		expires = ms(t.now.Add(timeout))
@@ -305,6 +331,5 @@ func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout tim
 		b.WriteString(" END")
 		set += b.String()
 	}
-	_, err := t.move(ctx, mRelease, change{ids: ids, set: set, args: args})
-	return err
+	return t.move(ctx, mRelease, change{ids: ids, set: set, args: args})
 }

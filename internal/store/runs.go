@@ -136,6 +136,28 @@ func (r Runs) Header(ctx context.Context, id string) (Run, error) {
 	return r.header(ctx, "id = ?", id)
 }
 
+// StepCounts counts the steps of a run's jobs by status, in one grouped
+// query: what the metrics need of a finished run, without reading every
+// job and step of it.
+func (r Runs) StepCounts(ctx context.Context, id string) (map[kiln.StepStatus]int, error) {
+	rows, err := r.h.reader().query(ctx, `SELECT s.status, COUNT(*) FROM steps s JOIN jobs j ON j.id = s.job_id
+		WHERE j.run_id = ? GROUP BY s.status`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[kiln.StepStatus]int{}
+	for rows.Next() {
+		var st kiln.StepStatus
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[st] = n
+	}
+	return out, rows.Err()
+}
+
 // GetByNumber returns a run by its number with its jobs and their steps.
 func (r Runs) GetByNumber(ctx context.Context, number int64) (Run, error) {
 	return r.get(ctx, "number = ?", number)
@@ -167,6 +189,9 @@ type RunFilter struct {
 	Status     kiln.RunStatus
 	Workflow   string
 	Repository string
+	Source     string // the source's id
+	Ref        string // the full ref (refs/heads/main)
+	Event      kiln.EventName
 	// Before pages backwards: only runs with a smaller number.
 	Before int64
 	Limit  int // default 50, at most 1000
@@ -185,6 +210,20 @@ func (r Runs) List(ctx context.Context, f RunFilter) ([]Run, error) {
 	if f.Repository != "" {
 		conds, args = append(conds, "repository = ?"), append(args, f.Repository)
 	}
+	if f.Source != "" {
+		conds, args = append(conds, "source = ?"), append(args, f.Source)
+	}
+	if f.Ref != "" {
+		conds, args = append(conds, "ref = ?"), append(args, f.Ref)
+	}
+	if f.Event != "" {
+		// The event's name lives in its JSON; both dialects read it.
+		expr := "json_extract(event, '$.name')"
+		if r.h.db.dialect.name() == "postgres" {
+			expr = "(event::json->>'name')"
+		}
+		conds, args = append(conds, expr+" = ?"), append(args, string(f.Event))
+	}
 	if f.Before > 0 {
 		conds, args = append(conds, "number < ?"), append(args, f.Before)
 	}
@@ -199,6 +238,25 @@ func (r Runs) List(ctx context.Context, f RunFilter) ([]Run, error) {
 	return r.list(ctx, where+" ORDER BY number DESC LIMIT ?", append(args, f.Limit)...)
 }
 
+// SetReportNote records why the run's report to its forge fell back (a
+// check run GitHub refused, posted as a commit status instead). Not a
+// state transition: the latest note wins, whatever the run's status.
+func (r Runs) SetReportNote(ctx context.Context, id, note string) error {
+	return r.h.write(ctx, func(t *txn) error {
+		res, err := t.exec(ctx, "UPDATE runs SET report_note = ? WHERE id = ? AND report_note <> ?", note, id, note)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			var one int
+			if err := t.queryRow(ctx, "SELECT 1 FROM runs WHERE id = ?", id).Scan(&one); isNoRows(err) {
+				return notFound("run %s does not exist", id)
+			}
+		}
+		return nil
+	})
+}
+
 // WorkflowDefinition returns the workflow file content stored under hash.
 func (r Runs) WorkflowDefinition(ctx context.Context, hash string) ([]byte, error) {
 	var content string
@@ -211,7 +269,7 @@ func (r Runs) WorkflowDefinition(ctx context.Context, hash string) ([]byte, erro
 
 const runCols = `id, number, source, repository, workflow, workflow_file, workflow_hash, event, inputs, trace, ref, sha,
 	status, COALESCE(cancel_reason, ''), COALESCE(failure_reason, ''), deadline, COALESCE(parent_run_id, ''),
-	COALESCE(rerun_of, ''), COALESCE(delivery_id, 0), created_at, started_at, finished_at` + runApprovalCols
+	COALESCE(rerun_of, ''), COALESCE(delivery_id, 0), created_at, started_at, finished_at` + runApprovalCols + `, report_note`
 
 const runApprovalCols = `, approval_reason, COALESCE(approved_by, ''), approved_at`
 
@@ -232,7 +290,7 @@ func (r Runs) list(ctx context.Context, where string, args ...any) ([]Run, error
 		if err := rows.Scan(&run.ID, &run.Number, &run.Source, &run.Repository, &run.Workflow, &run.WorkflowFile,
 			&run.WorkflowHash, &event, &inputs, &trace, &run.Ref, &run.SHA, &run.Status, &run.CancelReason,
 			&run.FailureReason, &deadline, &run.ParentRunID, &run.RerunOf, &run.DeliveryID, &created, &started, &finished,
-			&held, &approval.ApprovedBy, &approvedAt); err != nil {
+			&held, &approval.ApprovedBy, &approvedAt, &run.ReportNote); err != nil {
 			return nil, err
 		}
 		if held.Valid {

@@ -341,3 +341,42 @@ func TestRunHeaderIsTheRunWithoutJobs(t *testing.T) {
 		}
 	})
 }
+
+// A job's start moves its run to running when the claim left it pending
+// (a PostgreSQL claim that skipped the locked run row, or a coordinator
+// that died between the two statements), and leaves a running run alone;
+// the start is one statement that reads the run's status with the move.
+// Proves B252 (docs/behaviours.md).
+func TestStartMovesARunStillPendingToRunning(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b")))
+		c := claimJob(t, db, "agent-1", cr.Jobs["a"])
+		c2 := claimJob(t, db, "agent-2", cr.Jobs["b"])
+		// As if the claim had not started the run.
+		if _, err := db.SQL().ExecContext(ctx, "UPDATE runs SET status = 'pending', started_at = NULL WHERE id = $1", cr.ID); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(sec(2))
+		if err := db.Jobs().Start(ctx, lease(c)); err != nil {
+			t.Fatal(err)
+		}
+		r := wantRunStatus(t, db, cr.ID, kiln.RunRunning)
+		if !r.StartedAt.Equal(clock.Now()) {
+			t.Fatalf("started at %v, want %v", r.StartedAt, clock.Now())
+		}
+		clock.Advance(sec(2))
+		if err := db.Jobs().Start(ctx, lease(c2)); err != nil {
+			t.Fatal(err)
+		}
+		if r := wantRunStatus(t, db, cr.ID, kiln.RunRunning); !r.StartedAt.Equal(clock.Now().Add(-sec(2))) {
+			t.Fatalf("a second start moved the run's start to %v", r.StartedAt)
+		}
+		// Repeated, and with a stale lease.
+		if err := db.Jobs().Start(ctx, lease(c)); err != nil {
+			t.Fatalf("a repeated start: %v", err)
+		}
+		if err := db.Jobs().Start(ctx, store.Lease{JobID: c.JobID, Epoch: c.Epoch + 1}); !errors.Is(err, store.ErrStaleLease) {
+			t.Fatalf("a stale start: %v, want a stale lease", err)
+		}
+	})
+}

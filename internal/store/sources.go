@@ -10,7 +10,9 @@ import (
 	"github.com/kilnci/kiln"
 )
 
-// Sources keeps the configured forge connections.
+// Sources keeps the configured forge connections. Every write of a source
+// is announced: to this process's WatchSources callbacks, and on
+// PostgreSQL to the other servers on SourcesChannel.
 type Sources struct{ h handle }
 
 // Source is a configured source. Its secrets (API token, webhook secret,
@@ -28,6 +30,9 @@ type Source struct {
 	// labels their jobs may use.
 	ForkPullRequests kiln.ForkPolicy
 	ForkLabels       kiln.Labels
+	// PublicBadges lets anyone fetch the source's status badges
+	// (/badge/{source}/{workflow}.svg) without logging in.
+	PublicBadges bool
 }
 
 func (s Source) validate() error {
@@ -58,7 +63,7 @@ func (s Source) forkPolicy() string {
 
 const sourceCols = "id, kind, name, config, created_at, updated_at" + sourceForkCols
 
-const sourceForkCols = ", fork_pull_requests, fork_labels"
+const sourceForkCols = ", fork_pull_requests, fork_labels, public_badges"
 
 func scanSource(r interface{ Scan(...any) error }) (Source, error) {
 	var s Source
@@ -66,7 +71,7 @@ func scanSource(r interface{ Scan(...any) error }) (Source, error) {
 	var created, updated sql.NullInt64
 	var forkLabels string
 	err := r.Scan(&s.ID, &s.Kind, &s.Name, &config, &created, &updated,
-		&s.ForkPullRequests, &forkLabels)
+		&s.ForkPullRequests, &forkLabels, &s.PublicBadges)
 	s.Config, s.CreatedAt, s.UpdatedAt = json.RawMessage(config), fromMS(created), fromMS(updated)
 	s.ForkLabels = kiln.ParseLabelsKey(forkLabels)
 	return s, err
@@ -91,10 +96,13 @@ func (ss Sources) Create(ctx context.Context, s Source) (Source, error) {
 		if n > 0 {
 			return conflict("a source named %q already exists", s.Name)
 		}
-		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
+		out, err = scanSource(t.queryRow(ctx, "INSERT INTO sources ("+sourceCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING "+sourceCols,
 			id, string(s.Kind), s.Name, jsonText(s.Config, "{}"), ms(t.now), ms(t.now),
-			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key()))
-		return err
+			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key(), boolInt(s.PublicBadges)))
+		if err != nil {
+			return err
+		}
+		return t.sourceWritten(ctx, out.ID)
 	})
 	return out, err
 }
@@ -135,7 +143,8 @@ func (ss Sources) List(ctx context.Context) ([]Source, error) {
 	return out, rows.Err()
 }
 
-// Update replaces a source's kind, name, config and fork policy.
+// Update replaces a source's kind, name, config, fork policy and badge
+// visibility.
 func (ss Sources) Update(ctx context.Context, s Source) error {
 	if err := s.validate(); err != nil {
 		return err
@@ -149,16 +158,16 @@ func (ss Sources) Update(ctx context.Context, s Source) error {
 			return conflict("a source named %q already exists", s.Name)
 		}
 		res, err := t.exec(ctx, "UPDATE sources SET kind = ?, name = ?, config = ?, updated_at = ?"+
-			", fork_pull_requests = ?, fork_labels = ? WHERE id = ?",
+			", fork_pull_requests = ?, fork_labels = ?, public_badges = ? WHERE id = ?",
 			string(s.Kind), s.Name, jsonText(s.Config, "{}"), ms(t.now),
-			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key(), s.ID)
+			s.forkPolicy(), kiln.NewLabels(s.ForkLabels...).Key(), boolInt(s.PublicBadges), s.ID)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return notFound("source %s does not exist", s.ID)
 		}
-		return nil
+		return t.sourceWritten(ctx, s.ID)
 	})
 }
 
@@ -172,6 +181,6 @@ func (ss Sources) Delete(ctx context.Context, id string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return notFound("source %s does not exist", id)
 		}
-		return nil
+		return t.sourceWritten(ctx, id)
 	})
 }

@@ -88,6 +88,13 @@ func openSQLite(ctx context.Context, c *DB) error {
 		"_pragma=journal_mode(WAL)",
 		"_pragma=synchronous("+sync+")",
 		"_pragma=foreign_keys(1)",
+		// The combiner runs every operation under a SAVEPOINT, so each
+		// page an operation changes goes to the statement journal first;
+		// on disk, past 64 KiB, that was a write(2) per page and 11% of
+		// the server's CPU at 100 busy agents. The statement journal only
+		// serves a rollback inside a live transaction, never recovery, so
+		// memory loses nothing a crash needs.
+		"_pragma=temp_store(MEMORY)",
 		"_txlock=immediate"))
 	if err != nil {
 		return fmt.Errorf("store: open SQLite: %w", err)

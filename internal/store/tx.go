@@ -63,6 +63,25 @@ func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 func (db *DB) update(ctx context.Context, fn func(t *txn) error) error {
+	// The timeline events the operation recorded are written last, in one
+	// statement, in its transaction.
+	// The sources it wrote are told to the watchers when it ended, even
+	// failed: a commit may succeed and still report an error.
+	op := fn
+	var sources []string
+	fn = func(t *txn) error {
+		err := op(t)
+		sources = t.sources
+		if err != nil {
+			return err
+		}
+		return t.flushEvents(ctx)
+	}
+	defer func() {
+		if len(sources) > 0 {
+			db.sourcesWritten(sources)
+		}
+	}()
 	var err error
 	for attempt := 0; attempt < maxTxRetries; attempt++ {
 		err = db.updateOnce(ctx, fn)
@@ -179,6 +198,11 @@ type txn struct {
 	// ctx, when set, replaces the contexts operations pass to statements
 	// (combined SQLite transactions must not be interrupted by one caller).
 	ctx context.Context
+	// events are run timeline entries waiting for flushEvents.
+	events []RunEvent
+	// sources are the ids of the sources the transaction wrote, for the
+	// DB's WatchSources callbacks once it ended.
+	sources []string
 }
 
 func (t *txn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
@@ -228,16 +252,23 @@ func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt {
 		return t.tx.StmtContext(ctx, v.(*sql.Stmt))
 	}
 	// The transaction holds the only writer connection, so the statement
-	// is prepared after it ends (see prepareWanted).
-	if t.db.nstmts.Load() < maxPrepared {
+	// is prepared after it ends (see prepareWanted). A statement with a
+	// long expanded IN list is not: its text varies with the list's
+	// length, and such variants would fill the cache before the fixed
+	// statements every job runs got their turn.
+	if t.db.nstmts.Load() < maxPrepared && strings.Count(q, "?") <= maxPreparedParams {
 		t.wanted = append(t.wanted, q)
 	}
 	return nil
 }
 
-// maxPrepared bounds the statement cache; statements with expanded IN lists
-// vary, and past the bound they simply run unprepared.
+// maxPrepared bounds the statement cache; past the bound statements simply
+// run unprepared.
 const maxPrepared = 512
+
+// maxPreparedParams is the most placeholders a statement worth preparing
+// has (a claim for one key has 9).
+const maxPreparedParams = 24
 
 // prepareWanted prepares, on the now free writer connection, the statements
 // a transaction ran unprepared.

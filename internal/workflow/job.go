@@ -28,8 +28,10 @@ type Job struct {
 	Matrix        *Matrix // nil for a job without a matrix
 	Variants      []Variant
 	// Timeout bounds the job, agent-enforced; 0 means no job timeout (each
-	// step still has its own).
-	Timeout time.Duration
+	// step still has its own). TimeoutExpr is a timeout written as an
+	// expression, evaluated when the job is released (Timeout is then 0).
+	Timeout     time.Duration
+	TimeoutExpr *expr.Template
 	// OnAgentLost is what happens to a started job whose agent is lost after
 	// the recovery window: "retry" (once; the default) or "fail" (the
 	// default for a job with a context).
@@ -37,13 +39,15 @@ type Job struct {
 	// Checkout is false when the job asked not to check out the repository.
 	Checkout bool
 	Steps    []*Step
+	// Resources are the CPU and memory the job asks for; nil when it
+	// states none (a scaler then uses its default_resources).
+	Resources *Resources
 
 	// Keys recognised but not supported yet; always zero in a valid plan.
 	// They are parsed so the release that supports them only lifts the error.
 	Context   string
 	Secrets   []string
 	Container *Container
-	Resources *Resources
 	Cache     []Cache
 	Artifacts []Artifact
 }
@@ -132,11 +136,21 @@ func (p *parser) parseJob(pr pair) (*Job, []*yaml.Node) {
 	}
 	p.parseMatrix(j, pr.k, f)
 	if x, has := f["timeout"]; has {
-		j.Timeout, _ = p.duration(x.v, "timeout")
+		if x.v.Kind == yaml.ScalarNode && strings.Contains(x.v.Value, "${{") {
+			j.TimeoutExpr = p.text(x.v, "timeout", LocJob, j)
+		} else {
+			j.Timeout, _ = p.duration(x.v, "timeout")
+		}
+	}
+	if x, has := f["resources"]; has {
+		j.Resources = p.parseResources(x.v, j)
 	}
 	p.parseNotYet(j, f)
 	if x, has := f["artifacts"]; has {
 		j.Artifacts = p.parseArtifacts(x.v, j)
+	}
+	if x, has := f["cache"]; has {
+		j.Cache = p.parseCaches(x.v, j)
 	}
 	if j.Context != "" {
 		j.OnAgentLost = OnAgentLostFail

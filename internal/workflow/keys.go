@@ -23,8 +23,7 @@ var (
 	needKeys      = []string{"job", "when"}
 	stepKeys      = []string{"name", "run", "shell", "if", "env", "working_directory", "timeout", "retry", "continue_on_error"}
 	retryKeys     = []string{"max_attempts", "delay", "backoff", "max_delay"}
-	resourcesKeys = []string{"requests", "limits"}
-	amountKeys    = []string{"cpus", "memory"}
+	resourcesKeys = []string{"cpus", "memory"}
 	cacheKeys     = []string{"key", "paths", "restore_keys"}
 	artifactKeys  = []string{"name", "paths"}
 	containerKeys = []string{"image", "env"}
@@ -39,9 +38,7 @@ var notYet = map[string]string{
 	"secrets":     "kiln does not hand secrets to jobs yet",
 	"concurrency": "runs are not grouped yet, so they would not queue behind or cancel each other",
 	"approval":    "kiln cannot hold a job for approval yet",
-	"cache":       "kiln does not restore or save caches yet",
 	"container":   "kiln runs steps on the agent's host only; container isolation comes later",
-	"resources":   "kiln does not reserve or limit CPU and memory yet",
 }
 
 // hints answers keys people bring from other CI systems.
@@ -69,6 +66,8 @@ var hints = map[string]string{
 	"environment":         "this is called context in kiln",
 	"image":               "this is called container in kiln",
 	"cron":                `schedules are a list under on.schedule: [{cron: "0 3 * * *"}]`,
+	"requests":            "a job states one amount, which is both reserved and its limit: write resources: {cpus: 2, memory: 4g}",
+	"limits":              "a job states one amount, which is both reserved and its limit: write resources: {cpus: 2, memory: 4g}",
 }
 
 // keyHint returns a sentence suffix for an unknown key.

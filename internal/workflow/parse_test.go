@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kilnci/kiln"
-	yaml "go.yaml.in/yaml/v3"
 )
 
 // mustParse parses src as file and fails the test on any error.
@@ -218,5 +217,3 @@ func TestErrorListIsKilnInvalid(t *testing.T) {
 		t.Fatalf("code %q message %q", kiln.ErrorCode(err), kiln.ErrorMessage(err))
 	}
 }
-
-func scalar(v, tag string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }

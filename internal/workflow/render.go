@@ -83,7 +83,33 @@ type planJob struct {
 	Timeout       string        `json:"timeout,omitempty"`
 	OnAgentLost   string        `json:"on_agent_lost"`
 	Checkout      bool          `json:"checkout"`
+	Resources     *planAmount   `json:"resources,omitempty"`
 	Steps         []planStep    `json:"steps"`
+}
+
+// planAmount is a job's resources: CPUs and memory as read (canonical:
+// "1.5", "4 GiB") or an expression's source.
+type planAmount struct {
+	CPUs   string `json:"cpus,omitempty"`
+	Memory string `json:"memory,omitempty"`
+}
+
+func planAmountOf(r *Resources) *planAmount {
+	if r == nil {
+		return nil
+	}
+	out := &planAmount{}
+	if r.CPUsExpr != nil {
+		out.CPUs = r.CPUsExpr.Source()
+	} else if r.Amount.MilliCPUs > 0 {
+		out.CPUs = kiln.FormatCPUs(r.Amount.MilliCPUs)
+	}
+	if r.MemoryExpr != nil {
+		out.Memory = r.MemoryExpr.Source()
+	} else if r.Amount.Memory > 0 {
+		out.Memory = kiln.FormatMemory(r.Amount.Memory)
+	}
+	return out
 }
 
 type planNeed struct {
@@ -159,7 +185,11 @@ func planTriggersOf(t *Triggers) planTriggers {
 
 func planJobOf(j *Job) planJob {
 	out := planJob{ID: j.ID, Line: j.Pos.Line, If: condSource(j.If), RunsOn: sources(j.RunsOn), ExcludeLabels: sources(j.ExcludeLabels),
-		Env: planEnvOf(j.Env), Timeout: dur(j.Timeout), OnAgentLost: j.OnAgentLost, Checkout: j.Checkout}
+		Env: planEnvOf(j.Env), Timeout: dur(j.Timeout), OnAgentLost: j.OnAgentLost, Checkout: j.Checkout,
+		Resources: planAmountOf(j.Resources)}
+	if j.TimeoutExpr != nil {
+		out.Timeout = j.TimeoutExpr.Source()
+	}
 	for _, n := range j.Needs {
 		out.Needs = append(out.Needs, planNeed(n))
 	}

@@ -14,7 +14,7 @@ const okSteps = "    steps: [{run: x}]\n"
 
 // TestRules checks one validation rule per case: the error's position and
 // message. Every rule of docs/workflow.md has a case here.
-// Proves B74 and B207 (docs/behaviours.md).
+// Proves B74, B207, B211 and B271 (docs/behaviours.md).
 func TestRules(t *testing.T) {
 	cases := []struct {
 		name, src, want string
@@ -51,7 +51,9 @@ func TestRules(t *testing.T) {
 		{"duration garbage", job("    timeout: soon\n" + okSteps), `4:14: timeout: "soon" is not a duration`},
 		{"duration zero", job("    timeout: 0s\n" + okSteps), "4:14: timeout: must be longer than zero"},
 		{"duration negative", job("    steps: [{run: x, timeout: -5m}]\n"), "4:31: timeout: must be longer than zero"},
-		{"duration expression", job("    timeout: ${{ inputs.t }}\n" + okSteps), "4:14: timeout: expressions are not supported in durations yet"},
+		{"step duration expression", job("    steps: [{run: x, timeout: \"${{ inputs.t }}\"}]\n"), "4:31: timeout: expressions are not supported here yet (only a job's timeout may be one)"},
+		{"workflow duration expression", "on: push\ntimeout: ${{ inputs.t }}\njobs: {a: {steps: [{run: x}]}}\n", "2:10: timeout: expressions are not supported here yet"},
+		{"job timeout expression context", job("    timeout: ${{ steps.a.outputs.t }}\n" + okSteps), "4:18: timeout: \"steps\" is not available here"},
 		{"days are not a unit", "on: push\ntimeout: 2d\njobs: {a: {steps: [{run: x}]}}\n", `2:10: timeout: "2d" is not a duration`},
 		// retry and step enums
 		{"retry range", job("    steps: [{run: x, retry: 0}]\n"), "4:29: retry: 0 is out of range"},
@@ -117,15 +119,15 @@ func TestRules(t *testing.T) {
 		{"context", job("    context: production\n" + okSteps), "4:5: `context` is not supported yet"},
 		{"secrets", job("    secrets: [TOKEN]\n" + okSteps), "4:5: `secrets` is not supported yet"},
 		{"approval", job("    approval: {}\n" + okSteps), "4:5: `approval` is not supported yet"},
-		{"cache", job("    cache: [{key: k, paths: [x]}]\n" + okSteps), "4:5: `cache` is not supported yet"},
+		{"cache without key", job("    cache: [{paths: [x]}]\n" + okSteps), "4:13: cache: key: is missing"},
+		{"cache in the home directory", job("    cache: [{key: k, paths: [~/go/pkg/mod]}]\n" + okSteps), "4:30: cache: paths: \"~/go/pkg/mod\" must be relative to the workspace"},
+		{"cache key expression", job("    cache: [{key: \"${{ nope }}\", paths: [x]}]\n" + okSteps), "4:24: cache.key: \"nope\" is not available here"},
 		{"artifact without paths", job("    artifacts: [{name: a}]\n" + okSteps), "4:17: artifacts: paths: is missing"},
 		{"artifact outside the workspace", job("    artifacts: [{name: a, paths: [../x]}]\n" + okSteps), "4:35: artifacts: paths: \"../x\" must not climb out of the workspace (..)"},
 		{"artifact name in two jobs", "on: push\njobs:\n  a:\n    artifacts: [{name: d, paths: [x]}]\n" + okSteps +
 			"  b:\n    artifacts: [{name: d, paths: [y]}]\n" + okSteps, `6:3: artifacts: jobs a and b both upload an artifact named "d"`},
 		{"artifact name with a slash", job("    artifacts: [{name: a/b, paths: [x]}]\n" + okSteps), "4:24: artifacts: name: must not hold / or \\"},
 		{"container", job("    container: golang:1.26\n" + okSteps), "4:5: `container` is not supported yet"},
-		{"resources", job("    resources: {requests: {cpus: 2, memory: 4g}}\n" + okSteps), "4:5: `resources` is not supported yet"},
-		{"resources shape", job("    resources: {limits: {memory: lots}}\n" + okSteps), `4:34: resources.limits.memory: "lots" is not a memory size`},
 		// limits
 		{"too many jobs' children", "on: push\njobs:\n" + manyMatrixJobs(5), "3:3: jobs: the workflow expands to 1280 jobs"},
 	}
@@ -179,43 +181,5 @@ func TestErrorsAreCapped(t *testing.T) {
 	errs := parseErrors(t, b.String())
 	if len(errs) != MaxErrors+1 || !strings.Contains(errs[len(errs)-1], "too many errors") {
 		t.Fatalf("%d errors, last %q", len(errs), errs[len(errs)-1])
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	cases := map[string]int64{"1024": 1024, "512m": 512 << 20, "512Mi": 512 << 20, "4g": 4 << 30, "4G": 4 << 30, "4GB": 4 << 30, "4GiB": 4 << 30, "1.5k": 1536, "2t": 2 << 40, "10b": 10}
-	for in, want := range cases {
-		got, err := parseSize(in)
-		if err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "g", "4x", "-1g", "4i", "0", "99999999999t", "1e3"} {
-		if _, err := parseSize(bad); err == nil {
-			t.Errorf("parseSize(%q) succeeded", bad)
-		}
-	}
-}
-
-func TestParseCPUs(t *testing.T) {
-	w, err := Parse("r.yml", []byte(job("    resources: {requests: {cpus: 0.5}, limits: {cpus: 500m}}\n"+okSteps)))
-	if w != nil || err == nil {
-		t.Fatal("resources parsed without the not-supported error")
-	}
-	for _, c := range []struct {
-		src  string
-		tag  string
-		want int64
-	}{{"2", "!!int", 2000}, {"0.5", "!!float", 500}, {"250m", "!!str", 250}} {
-		n := scalar(c.src, c.tag)
-		got, err := parseCPUs(n)
-		if err != nil || got != c.want {
-			t.Errorf("parseCPUs(%s) = %d, %v", c.src, got, err)
-		}
-	}
-	for _, bad := range []string{"0", "-1", "lots", "0.0001", "NaN"} {
-		if _, err := parseCPUs(scalar(bad, "!!str")); err == nil {
-			t.Errorf("parseCPUs(%q) succeeded", bad)
-		}
 	}
 }

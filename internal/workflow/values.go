@@ -1,9 +1,6 @@
 package workflow
 
 import (
-	"fmt"
-	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,7 +141,7 @@ func (p *parser) duration(n *yaml.Node, key string) (time.Duration, bool) {
 		return 0, false
 	}
 	if strings.Contains(n.Value, "${{") {
-		p.errorf(n, "%s: expressions are not supported in durations yet; write a duration like 30m", key)
+		p.errorf(n, "%s: expressions are not supported here yet (only a job's timeout may be one); write a duration like 30m", key)
 		return 0, false
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(n.Value))
@@ -157,41 +154,4 @@ func (p *parser) duration(n *yaml.Node, key string) (time.Duration, bool) {
 		return 0, false
 	}
 	return d, true
-}
-
-var sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?)(b?)$`)
-
-// parseSize reads a memory size: bytes, or a number with a k, m, g or t
-// suffix (optionally followed by "i" and/or "b", any case). Every suffix is
-// binary — 4g, 4G, 4Gi and 4GB are all 4 GiB — as in Docker's --memory.
-func parseSize(s string) (int64, error) {
-	m := sizeRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
-	if m == nil || m[2] == "" && m[3] != "" {
-		return 0, fmt.Errorf("%q is not a memory size; write it like 512m, 4g or 1Gi", s)
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a memory size", s)
-	}
-	shift := map[string]uint{"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m[2]]
-	v *= float64(uint64(1) << shift)
-	if v < 1 || v > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is out of range", s)
-	}
-	return int64(v), nil
-}
-
-// parseCPUs reads a CPU amount as millicpus: a positive number of CPUs
-// (2, 0.5) or Kubernetes-style millicpus ("500m").
-func parseCPUs(n *yaml.Node) (int64, error) {
-	s := strings.TrimSpace(n.Value)
-	mult := 1000.0
-	if n.Tag == "!!str" && strings.HasSuffix(s, "m") {
-		s, mult = strings.TrimSuffix(s, "m"), 1
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(v) || v*mult < 1 || v > 1e6 {
-		return 0, fmt.Errorf("%q is not a CPU amount; write it like 2, 0.5 or 500m", n.Value)
-	}
-	return int64(v * mult), nil
 }

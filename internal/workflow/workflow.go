@@ -128,6 +128,10 @@ func (p *parser) parseWorkflow(root *yaml.Node) *Workflow {
 }
 
 // defaultName is the file name without directory and extension.
+// DefaultName is the name of a workflow whose file sets none: the file's
+// base name without its extension.
+func DefaultName(file string) string { return defaultName(file) }
+
 func defaultName(file string) string {
 	base := path.Base(strings.ReplaceAll(file, "\\", "/"))
 	if ext := path.Ext(base); ext != "" && ext != base {

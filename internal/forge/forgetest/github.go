@@ -1,7 +1,8 @@
 // Package forgetest is a fake GitHub REST API for kiln's tests, speaking
 // the real wire format of the endpoints kiln calls: repository contents at a
-// ref, compare, pull request files, commit lookup, commit statuses and
-// collaborators. It is the edge kiln cannot run here (github.com), faked as
+// ref, compare, pull request files, commit lookup, commit statuses, check
+// runs and collaborators, and (SetApp) a GitHub App installation's token
+// exchange and permissions. It is the edge kiln cannot run here (github.com), faked as
 // an httptest server so requests round-trip through a real network
 // connection. NewGitea serves the same endpoints as Gitea does, under
 // /api/v1 with "token" authorization (their wire formats agree on them).
@@ -42,6 +43,21 @@ type GitHub struct {
 	statuses []Status
 	collabs  map[string]int // repo/user → answer of the collaborators API
 	scopes   *string        // X-OAuth-Scopes on GET /user; nil: none (a fine-grained token)
+	down     bool           // every request answered 503, as GitHub's outages do
+
+	app           *App                         // SetApp: an App installation's tokens and permissions
+	appTokens     map[string]map[string]string // minted installation token → its permissions
+	checkRuns     []*CheckRun                  // by id - 1
+	checksFail    int                          // FailChecks: every check run write answers this
+	checksFailMsg string
+}
+
+// SetDown makes every request answer 503 Service Unavailable (true) or
+// be served again (false).
+func (g *GitHub) SetDown(down bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down = down
 }
 
 // NewGitHub starts a fake GitHub API for the test.
@@ -113,6 +129,13 @@ func (g *GitHub) Statuses() []Status {
 }
 
 func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	down := g.down
+	g.mu.Unlock()
+	if down {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"message": "Service Unavailable"})
+		return
+	}
 	scheme, urlPath := "Bearer ", r.URL.Path
 	if g.gitea {
 		scheme = "token "
@@ -122,7 +145,13 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if g.Token != "" && r.Header.Get("Authorization") != scheme+g.Token {
+	g.mu.Lock()
+	app := g.app != nil && !g.gitea
+	g.mu.Unlock()
+	if app && g.serveApp(w, r) {
+		return
+	}
+	if !app && g.Token != "" && r.Header.Get("Authorization") != scheme+g.Token {
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials"})
 		return
 	}
@@ -144,7 +173,22 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 	repo, rest := parts[1]+"/"+parts[2], append(parts[3:], "")
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	resource := rest[0]
+	if resource == "commits" && len(rest) == 4 && rest[2] == "check-runs" {
+		resource = "check-runs-list"
+	}
+	if app {
+		need, level := permissionFor(r.Method, resource)
+		if st, msg := g.appAllowed(r, need, level); st != 0 {
+			writeJSON(w, st, map[string]string{"message": msg, "documentation_url": "https://docs.github.com/rest"})
+			return
+		}
+	}
 	switch {
+	case !g.gitea && resource == "check-runs-list" && r.Method == http.MethodGet:
+		g.checkRunsAPI(w, r, repo, rest)
+	case !g.gitea && resource == "check-runs" && ((r.Method == http.MethodPost && len(rest) == 2) || (r.Method == http.MethodPatch && len(rest) == 3)):
+		g.checkRunsAPI(w, r, repo, rest)
 	case r.Method == http.MethodGet && rest[0] == "contents":
 		g.contents(w, repo, strings.Join(rest[1:len(rest)-1], "/"), r.URL.Query().Get("ref"))
 	case r.Method == http.MethodGet && rest[0] == "commits" && len(rest) == 3:

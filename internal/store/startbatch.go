@@ -1,0 +1,120 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kilnci/kiln"
+)
+
+// maxStartBatch bounds the leases one start statement carries (two
+// parameters each, well inside both databases' limits).
+const maxStartBatch = 250
+
+// Start moves a dispatched job to running (the agent began it). Repeating it
+// under the same lease is a no-op.
+func (j Jobs) Start(ctx context.Context, l Lease) error {
+	errs, err := j.StartBatch(ctx, []Lease{l})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// StartBatch moves dispatched jobs to running, their agents having begun
+// them: one statement for many agents' starts (the fleet's committer
+// gathers them), instead of a round trip each. errs[i] answers leases[i]:
+// nil for a start or a repeated one, else the refusal (a stale lease, a job
+// no longer held). A start moves nothing t.moved tracks (no end, no queue,
+// no cancel).
+func (j Jobs) StartBatch(ctx context.Context, leases []Lease) (errs []error, err error) {
+	if err := mStart.legal(); err != nil {
+		return nil, err
+	}
+	err = j.h.write(ctx, func(t *txn) error {
+		errs = make([]error, len(leases))
+		started := make(map[Lease]bool, len(leases))
+		var pendingRuns []string
+		// On SQLite, in process, a statement costs no round trip, and one
+		// whose text varies with the batch is compiled on every call: a
+		// start each, the same cached statement, is cheaper there.
+		chunk := maxStartBatch
+		if t.db.dialect.name() == "sqlite" {
+			chunk = 1
+		}
+		for from := 0; from < len(leases); from += chunk {
+			runs, err := t.startChunk(ctx, leases[from:min(from+chunk, len(leases))], started)
+			if err != nil {
+				return err
+			}
+			for _, id := range runs {
+				if !slices.Contains(pendingRuns, id) {
+					pendingRuns = append(pendingRuns, id)
+				}
+			}
+		}
+		// A PostgreSQL claim starts its run in a second statement that
+		// skips a locked run row, or the coordinator may have died between
+		// the two: a run still pending is started here.
+		for _, id := range pendingRuns {
+			if err := t.setRunStatus(ctx, id, kiln.RunRunning, []kiln.RunStatus{kiln.RunPending}); err != nil {
+				return err
+			}
+		}
+		for i, l := range leases {
+			if !started[l] {
+				errs[i] = t.startRefused(ctx, l)
+			}
+		}
+		return nil
+	})
+	return errs, err
+}
+
+// startChunk moves the chunk's jobs still held under their leases to
+// running, marks them in started, and returns the runs of the moved jobs
+// that are still pending (a run once per moved job; StartBatch dedupes). The run's status comes back with the move: one
+// statement instead of the move and then a read of each run.
+func (t *txn) startChunk(ctx context.Context, chunk []Lease, started map[Lease]bool) ([]string, error) {
+	args := make([]any, 0, 3+2*len(chunk))
+	args = append(args, ms(t.now), ms(t.now), ms(t.now))
+	for _, l := range chunk {
+		args = append(args, l.JobID, l.Epoch)
+	}
+	rows, err := t.query(ctx, fmt.Sprintf(`UPDATE jobs SET status = '%s', updated_at = ?, ack_deadline = NULL, started_at = ?,
+		last_heartbeat_at = ? WHERE status IN (%s) AND (id, lease_epoch) IN (%s)
+		RETURNING id, lease_epoch, run_id, (SELECT status FROM runs WHERE runs.id = jobs.run_id)`,
+		mStart.to, statusList(mStart.from), strings.TrimSuffix(strings.Repeat("(?, ?), ", len(chunk)), ", ")), args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", mStart.name, err)
+	}
+	defer rows.Close()
+	var pending []string
+	for rows.Next() {
+		var l Lease
+		var runID string
+		var runStatus kiln.RunStatus
+		if err := rows.Scan(&l.JobID, &l.Epoch, &runID, &runStatus); err != nil {
+			return nil, err
+		}
+		started[l] = true
+		if runStatus == kiln.RunPending {
+			pending = append(pending, runID)
+		}
+	}
+	return pending, rows.Err()
+}
+
+// startRefused answers a start that moved nothing: nil for a start
+// repeated under the same lease, else the refusal.
+func (t *txn) startRefused(ctx context.Context, l Lease) error {
+	var status kiln.JobStatus
+	var epoch int64
+	if err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch); err == nil &&
+		epoch == l.Epoch && (status == sRunning || status == sCancelling) {
+		return nil
+	}
+	return t.refusal(ctx, l, "start")
+}

@@ -1,0 +1,188 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/api"
+)
+
+// logFollow streams a running job's new log lines as server-sent events
+// (B308). The position — the last seq the page holds of each step — comes
+// in ?from= and, after a reconnect, in Last-Event-ID (every event's id is
+// the position after it), so a page that lost its connection resumes
+// where it was: no line twice, none lost. A line of a newer attempt sends
+// "attempt" (the page reloads); the job's end sends "end". At most
+// ViewersPerJob follow one job on this server.
+func (s *site) logFollow(w http.ResponseWriter, r *http.Request) error {
+	tk := sessionOf(r).Token
+	run, job, err := s.findJob(r.Context(), tk, r.PathValue("run"), r.PathValue("job"))
+	if err != nil {
+		return err
+	}
+	pos := r.URL.Query().Get("from")
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		pos = id
+	}
+	attempt, from, err := parsePosition(pos)
+	if err != nil {
+		return err
+	}
+	if attempt == 0 {
+		attempt = job.Attempt
+	}
+	if !s.addViewer(job.ID) {
+		w.Header().Set("Retry-After", "30")
+		return kiln.Errorf(kiln.CodeUnavailable, "too many people follow this job's log on this server; reload later")
+	}
+	defer s.dropViewer(job.ID)
+
+	// A follow lasts as long as the job: the server's read timeout must not
+	// end it (writes take their own deadlines).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// A lost connection is retried after a second, from the last event's id.
+	_, _ = w.Write([]byte("retry: 1000\n\n"))
+	_ = rc.Flush()
+
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	lines := make(chan api.LogLine, 256)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.client(tk).Logs(ctx, run.ID, api.LogQuery{Job: job.ID, Follow: true}, func(l api.LogLine) error {
+			select {
+			case lines <- l:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		close(lines)
+	}()
+	ping := time.NewTicker(s.cfg.FollowKeepalive)
+	defer ping.Stop()
+	send := func(event, id, data string) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		var b strings.Builder
+		if event != "" {
+			b.WriteString("event: " + event + "\n")
+		}
+		if id != "" {
+			b.WriteString("id: " + id + "\n")
+		}
+		b.WriteString("data: " + data + "\n\n")
+		if _, err := w.Write([]byte(b.String())); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	for {
+		select {
+		case <-ping.C:
+			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil || rc.Flush() != nil {
+				return nil
+			}
+		case l, ok := <-lines:
+			if !ok {
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					s.log.Warn("web: a log follow ended early", "job", job.ID, "err", err)
+					return nil // the browser reconnects and resumes
+				}
+				_ = send("end", "", "{}")
+				return nil
+			}
+			if l.Attempt != attempt {
+				if l.Attempt > attempt {
+					_ = send("attempt", "", strconv.FormatInt(l.Attempt, 10))
+					return nil
+				}
+				continue
+			}
+			if l.Seq <= from[l.Step] {
+				continue
+			}
+			from[l.Step] = l.Seq
+			data, _ := json.Marshal(struct {
+				S int    `json:"s"`
+				Q uint64 `json:"q"`
+				C string `json:"c"`
+				H string `json:"h"`
+			}{l.Step, l.Seq, l.Stream, ansiHTML(l.Text)})
+			if err := send("", formatPosition(attempt, from), string(data)); err != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// A position is "attempt|step:seq,step:seq": the attempt followed and the
+// last seq the page holds of each step.
+func parsePosition(p string) (int64, map[int]uint64, error) {
+	from := map[int]uint64{}
+	if p == "" {
+		return 0, from, nil
+	}
+	bad := kiln.Errorf(kiln.CodeInvalid, "the log position %.80q is not attempt|step:seq,…", p)
+	a, rest, ok := strings.Cut(p, "|")
+	attempt, err := strconv.ParseInt(a, 10, 64)
+	if !ok || err != nil || attempt < 0 || len(p) > 4096 {
+		return 0, nil, bad
+	}
+	if rest == "" {
+		return attempt, from, nil
+	}
+	for _, part := range strings.Split(rest, ",") {
+		st, sq, ok := strings.Cut(part, ":")
+		step, err1 := strconv.Atoi(st)
+		seq, err2 := strconv.ParseUint(sq, 10, 62)
+		if !ok || err1 != nil || err2 != nil || step < checkoutStep || step > 100000 {
+			return 0, nil, bad
+		}
+		from[step] = seq
+	}
+	return attempt, from, nil
+}
+
+func formatPosition(attempt int64, from map[int]uint64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d|", attempt)
+	for i, step := range slices.Sorted(maps.Keys(from)) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d:%d", step, from[step])
+	}
+	return b.String()
+}
+
+func (s *site) addViewer(jobID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.viewers[jobID] >= s.cfg.ViewersPerJob {
+		return false
+	}
+	s.viewers[jobID]++
+	return true
+}
+
+func (s *site) dropViewer(jobID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.viewers[jobID]--; s.viewers[jobID] <= 0 {
+		delete(s.viewers, jobID)
+	}
+}
