@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/kilnci/kiln"
@@ -161,8 +163,41 @@ func (cm *committer) run(ctx context.Context) {
 				break fill
 			}
 		}
+		alike(batch)
 		cm.commit(ctx, batch)
 	}
+}
+
+// alike reorders a batch so that, between two operations of other kinds,
+// every start comes before every completion: each such stretch then costs
+// one StartBatch and one CompleteBatch — one set of statements, each a
+// round trip — however its agents' reports interleaved (they alternate at
+// saturation, and each alternation cost a CompleteBatch of its own: ~16
+// round trips per batch instead of ~9, measured in kiln bench). Reports in
+// one stretch concern different jobs — a connection hands in its next
+// report only once the last one committed — so their order does not
+// matter; other operations (sweeps, claims, losses) keep their place.
+func alike(batch []*op) {
+	for i := 0; i < len(batch); {
+		j := i
+		for j < len(batch) && batch[j].run == nil {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortStableFunc(batch[i:j], func(a, b *op) int {
+				return cmp.Compare(rank(a), rank(b))
+			})
+		}
+		i = j + 1
+	}
+}
+
+// rank orders a stretch of reports: starts, then completions.
+func rank(o *op) int {
+	if o.start != nil {
+		return 0
+	}
+	return 1
 }
 
 // drain marks the committer stopped, committing what senders still hand it

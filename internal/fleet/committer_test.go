@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -144,4 +145,32 @@ func commitTogether(t *testing.T, cm *committer, ops []*op) []error {
 		results[i] = <-o.done
 	}
 	return results
+}
+
+// Between two operations of other kinds, a batch's starts go before its
+// completions (one StartBatch, one CompleteBatch), each kind in the order
+// it came; the other operations keep their place.
+func TestCommitterGroupsAlikeReports(t *testing.T) {
+	start := func(id string) *op { return &op{start: &store.Lease{JobID: id}} }
+	complete := func(id string) *op {
+		return &op{complete: &store.Completion{Lease: store.Lease{JobID: id}}}
+	}
+	sweep := &op{run: func(context.Context, *store.Tx) (store.Effects, error) { return store.Effects{}, nil }}
+	batch := []*op{complete("c1"), start("s1"), complete("c2"), start("s2"), sweep, complete("c3"), start("s3"), start("s4")}
+	alike(batch)
+	var got []string
+	for _, o := range batch {
+		switch {
+		case o.start != nil:
+			got = append(got, o.start.JobID)
+		case o.complete != nil:
+			got = append(got, o.complete.JobID)
+		default:
+			got = append(got, "sweep")
+		}
+	}
+	want := []string{"s1", "s2", "c1", "c2", "sweep", "s3", "s4", "c3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
 }

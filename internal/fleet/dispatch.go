@@ -521,6 +521,9 @@ func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
 // reason), for every waiting key.
 func (d *dispatcher) explain(ctx context.Context, keys []string, live map[string]bool, fresh bool) {
 	f := d.f
+	// The time of the decision is taken before the scaler is asked: a
+	// spawn that fails after this must keep its error as the jobs' reason.
+	decided := f.now()
 	present := make(map[string]bool, len(keys))
 	updates := map[string]string{}
 	for _, k := range keys {
@@ -546,7 +549,7 @@ func (d *dispatcher) explain(ctx context.Context, keys []string, live map[string
 		f.cfg.Scaler.Wake()
 	}
 	if len(updates) > 0 {
-		f.reasons.set(updates, f.now())
+		f.reasons.set(updates, decided)
 	}
 }
 

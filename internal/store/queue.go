@@ -77,8 +77,8 @@ func (q Queue) SetPendingReason(ctx context.Context, reason string, ids ...strin
 // most limit of them (all when limit ≤ 0), so a caller can write a long
 // queue in short transactions, calling again while it returns limit. The
 // reason was decided at decided (zero: now): a job whose provisioning error
-// was recorded after that keeps the error as its reason — the decision did
-// not know of it.
+// was recorded after that, or in the same millisecond, keeps the error as
+// its reason — the decision may not have known of it.
 func (q Queue) SetPendingReasonForKey(ctx context.Context, key, reason string, limit int, decided time.Time) (int, error) {
 	var n int64
 	err := q.h.write(ctx, func(t *txn) error {
@@ -86,7 +86,7 @@ func (q Queue) SetPendingReasonForKey(ctx context.Context, key, reason string, l
 			decided = t.now
 		}
 		match := `status = 'queued' AND queue_key = ? AND (pending_reason IS NULL OR pending_reason <> ?)
-			AND (last_provisioning_error IS NULL OR updated_at <= ?)`
+			AND (last_provisioning_error IS NULL OR updated_at < ?)`
 		stmt := `UPDATE jobs SET pending_reason = ?, pending_since = ? WHERE ` + match
 		args := []any{reason, ms(t.now), key, reason, ms(decided)}
 		if limit > 0 {

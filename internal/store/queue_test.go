@@ -227,7 +227,8 @@ func TestPendingReasonForKeyInChunks(t *testing.T) {
 
 // A reason decided before a job's provisioning error was recorded does not
 // replace the error as the job's reason (the dispatcher decided it without
-// knowing of the failure); one decided after it does (a new spawn began).
+// knowing of the failure), nor does one decided in the same millisecond;
+// one decided after it does (a new spawn began).
 func TestPendingReasonDecidedBeforeAProvisioningErrorKeepsTheError(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(reqJob("gpu", []string{"gpu"})))
@@ -240,6 +241,11 @@ func TestPendingReasonDecidedBeforeAProvisioningErrorKeepsTheError(t *testing.T)
 		failed := mustJob(t, db, id).PendingReason
 		if n, err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 500, decided); err != nil || n != 0 {
 			t.Fatalf("a reason decided before the error: %d %v", n, err)
+		}
+		// The same millisecond as the error: which came first is unknown,
+		// and the error stays.
+		if n, err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 500, clock.Now()); err != nil || n != 0 {
+			t.Fatalf("a reason decided in the error's millisecond: %d %v", n, err)
 		}
 		if j := mustJob(t, db, id); j.PendingReason != failed {
 			t.Fatalf("reason %q, want %q", j.PendingReason, failed)
