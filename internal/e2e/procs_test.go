@@ -28,6 +28,9 @@ type proc struct {
 	log  *logFile
 	done chan struct{}
 	err  error // once done is closed
+	// started is the process's start time (startTicks): its group is
+	// killed at the end only while the group's number is still its own.
+	started uint64
 }
 
 // baseEnv is the environment of every process the tests start: the PATH,
@@ -79,6 +82,7 @@ func startProc(t testing.TB, name string, env []string, args ...string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
+	p.started = startTicks(p.pid()) // before the Wait below can reap it
 	go func() {
 		p.err = p.cmd.Wait()
 		close(p.done)
@@ -116,11 +120,17 @@ func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 // kill sends SIGKILL to the process and to its process group, and waits
 // for it to be gone. The group holds what it started without a group of
 // its own (an agent's git); steps run in groups of their own, under a
-// supervisor that kills them when the agent dies.
+// supervisor that kills them when the agent dies. A process that ended
+// long before may have had its number given to another process, perhaps
+// the leader of another test's group (pid_max is 32,768 here): the group
+// is then left alone.
 func (p *proc) kill() {
 	if !p.exited() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
+	}
+	if now := startTicks(p.pid()); p.started == 0 || (now != 0 && now != p.started) {
+		return
 	}
 	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 }

@@ -88,7 +88,11 @@ func (p *Process) Spawn(ctx context.Context, req SpawnRequest) (Instance, error)
 		_ = os.RemoveAll(state)
 		return nil, errors.New(WithTail("agent process error: "+err.Error(), capture.Tail()))
 	}
-	pr := &procInstance{cmd: cmd, capture: capture, state: state, exited: make(chan struct{}), killAfter: p.KillAfter}
+	// Read before anything can reap it: the process exists, if only as a
+	// zombie, until the Wait below.
+	started := startTime(cmd.Process.Pid)
+	pr := &procInstance{cmd: cmd, capture: capture, state: state, exited: make(chan struct{}), killAfter: p.KillAfter,
+		started: started}
 	if pr.killAfter <= 0 {
 		pr.killAfter = 5 * time.Second
 	}
@@ -108,6 +112,7 @@ type procInstance struct {
 	err       error
 	killAfter time.Duration
 	once      sync.Once
+	started   uint64 // the process's start time (startTime), for groupStillOurs
 }
 
 func (p *procInstance) Exited() <-chan struct{} { return p.exited }
@@ -132,9 +137,12 @@ func (p *procInstance) Destroy(ctx context.Context, _ string) error {
 			case <-ctx.Done():
 			}
 		}
-		// Whatever the agent left in its group goes too.
-		if e := syscall.Kill(pgid, syscall.SIGKILL); e != nil && !errors.Is(e, syscall.ESRCH) {
-			err = e
+		// Whatever the agent left in its group goes too — unless the
+		// agent ended long enough ago that its number went to a stranger.
+		if groupStillOurs(-pgid, p.started) {
+			if e := syscall.Kill(pgid, syscall.SIGKILL); e != nil && !errors.Is(e, syscall.ESRCH) {
+				err = e
+			}
 		}
 		<-p.exited
 		_ = os.RemoveAll(p.state)
