@@ -66,15 +66,19 @@ func agentDTO(v AgentView) Agent {
 
 // agents merges the fleet's connected agents with the ones the store knows.
 func (s *server) agents(ctx context.Context) ([]Agent, error) {
-	recs, err := s.DB.Auth().ListAgents(ctx)
-	if err != nil {
-		return nil, err
-	}
+	// The fleet first: an agent is live in it only once its registration
+	// committed, so the store read that follows has its row (its
+	// coordinator among it). Read the other way round, an agent that
+	// registered between the two reads showed connected to no server.
 	byID := map[string]Agent{}
 	if s.Fleet != nil {
 		for _, v := range s.Fleet.Agents() {
 			byID[v.ID] = agentDTO(v)
 		}
+	}
+	recs, err := s.DB.Auth().ListAgents(ctx)
+	if err != nil {
+		return nil, err
 	}
 	for _, rec := range recs {
 		if a, ok := byID[rec.ID]; ok {
