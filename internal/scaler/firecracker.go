@@ -111,15 +111,7 @@ func (f *Firecracker) Spawn(ctx context.Context, req SpawnRequest) (Instance, er
 		untap()
 		return fail(errors.New(WithTail("firecracker: "+err.Error(), capture.Tail())))
 	}
-	vm := &fcInstance{cmd: cmd, capture: capture, dir: dir, untap: untap, api: newFCClient(sock),
-		exited: make(chan struct{}), killAfter: f.KillAfter}
-	if vm.killAfter <= 0 {
-		vm.killAfter = 5 * time.Second
-	}
-	go func() {
-		vm.err = cmd.Wait()
-		close(vm.exited)
-	}()
+	vm := &fcInstance{group: watch(cmd, capture, f.KillAfter), dir: dir, untap: untap, api: newFCClient(sock)}
 	wait := c.SocketWait
 	if wait <= 0 {
 		wait = DefaultSocketWait
@@ -207,45 +199,23 @@ func ipTuntap(ctx context.Context, name string) (func(), error) {
 }
 
 type fcInstance struct {
-	cmd       *exec.Cmd
-	capture   *Capture
-	dir       string
-	untap     func()
-	api       *fcClient
-	exited    chan struct{}
-	err       error
-	killAfter time.Duration
-	once      sync.Once
+	*group
+	dir   string
+	untap func()
+	api   *fcClient
+	once  sync.Once
 }
-
-func (vm *fcInstance) Exited() <-chan struct{} { return vm.exited }
-func (vm *fcInstance) ExitErr() error          { return vm.err }
-func (vm *fcInstance) Tail() string            { return vm.capture.Tail() }
 
 // Destroy asks the guest to stop (SendCtrlAltDel), kills the VMM's group
 // after killAfter, and removes the TAP device and the VM's directory.
 func (vm *fcInstance) Destroy(ctx context.Context, _ string) error {
 	var err error
 	vm.once.Do(func() {
-		pgid := -vm.cmd.Process.Pid
-		select {
-		case <-vm.exited:
-		default:
+		err = vm.stop(ctx, func() {
 			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_ = vm.api.put(actx, "/actions", map[string]string{"action_type": "SendCtrlAltDel"})
 			cancel()
-			t := time.NewTimer(vm.killAfter)
-			defer t.Stop()
-			select {
-			case <-vm.exited:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-		if e := syscall.Kill(pgid, syscall.SIGKILL); e != nil && !errors.Is(e, syscall.ESRCH) {
-			err = e
-		}
-		<-vm.exited
+		})
 		vm.untap()
 		_ = os.RemoveAll(vm.dir)
 	})

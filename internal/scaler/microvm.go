@@ -143,14 +143,7 @@ func (v *MicroVM) Spawn(ctx context.Context, req SpawnRequest) (Instance, error)
 		_ = os.RemoveAll(dir)
 		return nil, errors.New(WithTail("microvm: "+err.Error(), capture.Tail()))
 	}
-	vm := &qemuInstance{cmd: cmd, capture: capture, dir: dir, exited: make(chan struct{}), killAfter: v.KillAfter}
-	if vm.killAfter <= 0 {
-		vm.killAfter = 5 * time.Second
-	}
-	go func() {
-		vm.err = cmd.Wait()
-		close(vm.exited)
-	}()
+	vm := &qemuInstance{group: watch(cmd, capture, v.KillAfter), dir: dir}
 	req.Event(EventReady, fmt.Sprintf("micro-VM started (QEMU PID %d, accel %s, %d vCPU, %d MiB)", cmd.Process.Pid, accel, vcpus, mib))
 	return vm, nil
 }
@@ -190,40 +183,16 @@ func perVMInitrd(path, base string, env map[string]string) error {
 }
 
 type qemuInstance struct {
-	cmd       *exec.Cmd
-	capture   *Capture
-	dir       string
-	exited    chan struct{}
-	err       error
-	killAfter time.Duration
-	once      sync.Once
+	*group
+	dir  string
+	once sync.Once
 }
-
-func (vm *qemuInstance) Exited() <-chan struct{} { return vm.exited }
-func (vm *qemuInstance) ExitErr() error          { return vm.err }
-func (vm *qemuInstance) Tail() string            { return vm.capture.Tail() }
 
 // Destroy stops QEMU (SIGTERM, then SIGKILL) and removes the VM's files.
 func (vm *qemuInstance) Destroy(ctx context.Context, _ string) error {
 	var err error
 	vm.once.Do(func() {
-		pgid := -vm.cmd.Process.Pid
-		select {
-		case <-vm.exited:
-		default:
-			_ = syscall.Kill(pgid, syscall.SIGTERM)
-			t := time.NewTimer(vm.killAfter)
-			defer t.Stop()
-			select {
-			case <-vm.exited:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-		if e := syscall.Kill(pgid, syscall.SIGKILL); e != nil && !errors.Is(e, syscall.ESRCH) {
-			err = e
-		}
-		<-vm.exited
+		err = vm.stop(ctx, vm.terminate)
 		_ = os.RemoveAll(vm.dir)
 	})
 	return err

@@ -88,63 +88,23 @@ func (p *Process) Spawn(ctx context.Context, req SpawnRequest) (Instance, error)
 		_ = os.RemoveAll(state)
 		return nil, errors.New(WithTail("agent process error: "+err.Error(), capture.Tail()))
 	}
-	// Read before anything can reap it: the process exists, if only as a
-	// zombie, until the Wait below.
-	started := startTime(cmd.Process.Pid)
-	pr := &procInstance{cmd: cmd, capture: capture, state: state, exited: make(chan struct{}), killAfter: p.KillAfter,
-		started: started}
-	if pr.killAfter <= 0 {
-		pr.killAfter = 5 * time.Second
-	}
-	go func() {
-		pr.err = cmd.Wait()
-		close(pr.exited)
-	}()
+	pr := &procInstance{group: watch(cmd, capture, p.KillAfter), state: state}
 	req.Event(EventReady, fmt.Sprintf("agent process started (PID %d)", cmd.Process.Pid))
 	return pr, nil
 }
 
 type procInstance struct {
-	cmd       *exec.Cmd
-	capture   *Capture
-	state     string
-	exited    chan struct{}
-	err       error
-	killAfter time.Duration
-	once      sync.Once
-	started   uint64 // the process's start time (startTime), for groupStillOurs
+	*group
+	state string
+	once  sync.Once
 }
-
-func (p *procInstance) Exited() <-chan struct{} { return p.exited }
-func (p *procInstance) ExitErr() error          { return p.err }
-func (p *procInstance) Tail() string            { return p.capture.Tail() }
 
 // Destroy sends SIGTERM to the process group, SIGKILL after killAfter,
 // waits for the process and removes its state directory (B179).
 func (p *procInstance) Destroy(ctx context.Context, _ string) error {
 	var err error
 	p.once.Do(func() {
-		pgid := -p.cmd.Process.Pid
-		select {
-		case <-p.exited:
-		default:
-			_ = syscall.Kill(pgid, syscall.SIGTERM)
-			t := time.NewTimer(p.killAfter)
-			defer t.Stop()
-			select {
-			case <-p.exited:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-		// Whatever the agent left in its group goes too — unless the
-		// agent ended long enough ago that its number went to a stranger.
-		if groupStillOurs(-pgid, p.started) {
-			if e := syscall.Kill(pgid, syscall.SIGKILL); e != nil && !errors.Is(e, syscall.ESRCH) {
-				err = e
-			}
-		}
-		<-p.exited
+		err = p.stop(ctx, p.terminate)
 		_ = os.RemoveAll(p.state)
 	})
 	return err

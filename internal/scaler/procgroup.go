@@ -1,10 +1,15 @@
 package scaler
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // A process group's id is its leader's pid. Once the leader is reaped and
@@ -54,3 +59,66 @@ func groupStillOurs(pgid int, leaderStart uint64) bool {
 	now := startTime(pgid)
 	return now == 0 || now == leaderStart
 }
+
+// group is a started process that leads its own process group (an agent,
+// a VMM): the three process-based backends share how they watch it and
+// how they stop it.
+type group struct {
+	cmd       *exec.Cmd
+	capture   *Capture
+	started   uint64 // the leader's start time, for groupStillOurs
+	exited    chan struct{}
+	err       error // once exited is closed
+	killAfter time.Duration
+}
+
+// watch follows cmd, just started: its start time is read before anything
+// can reap it (it exists, if only as a zombie, until the Wait here).
+// killAfter ≤ 0 means 5 s.
+func watch(cmd *exec.Cmd, capture *Capture, killAfter time.Duration) *group {
+	if killAfter <= 0 {
+		killAfter = 5 * time.Second
+	}
+	g := &group{cmd: cmd, capture: capture, started: startTime(cmd.Process.Pid), exited: make(chan struct{}),
+		killAfter: killAfter}
+	go func() {
+		g.err = cmd.Wait()
+		close(g.exited)
+	}()
+	return g
+}
+
+func (g *group) Exited() <-chan struct{} { return g.exited }
+func (g *group) ExitErr() error          { return g.err }
+func (g *group) Tail() string            { return g.capture.Tail() }
+
+// stop asks the leader to end with polite (unless it already has), gives
+// it killAfter (or until ctx ends), then kills whatever is left in its
+// group — unless the group's number went to a stranger — and waits for the
+// leader.
+func (g *group) stop(ctx context.Context, polite func()) error {
+	select {
+	case <-g.exited:
+	default:
+		polite()
+		t := time.NewTimer(g.killAfter)
+		defer t.Stop()
+		select {
+		case <-g.exited:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	var err error
+	pgid := g.cmd.Process.Pid
+	if groupStillOurs(pgid, g.started) {
+		if e := syscall.Kill(-pgid, syscall.SIGKILL); e != nil && !errors.Is(e, syscall.ESRCH) {
+			err = e
+		}
+	}
+	<-g.exited
+	return err
+}
+
+// terminate is the polite request of a plain process: SIGTERM to its group.
+func (g *group) terminate() { _ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGTERM) }
