@@ -42,10 +42,6 @@ type dispatcher struct {
 	full    bool              // redrive: offer the queue to every idle agent
 	reasons bool              // the set of agents changed: recompute pending reasons
 	wokeAt  map[string]time.Time
-	// reasonsDue: the fresh jobs' pending reasons, held back in a cluster
-	// (explainLater), are to be written in the next pass; reasonsLater: a
-	// timer will set reasonsDue.
-	reasonsDue, reasonsLater bool
 
 	// lastReason is the pending reason last written per key; only the
 	// dispatcher's goroutine touches it.
@@ -135,8 +131,8 @@ func (d *dispatcher) run(ctx context.Context) {
 
 func (d *dispatcher) pass(ctx context.Context) {
 	d.mu.Lock()
-	freed, hint, full, reasons, bound, due := d.freed, d.hint, d.full, d.reasons, d.bound, d.reasonsDue
-	d.freed, d.hint, d.full, d.reasons, d.reasonsDue = map[*agent]struct{}{}, 0, false, false, false
+	freed, hint, full, reasons, bound := d.freed, d.hint, d.full, d.reasons, d.bound
+	d.freed, d.hint, d.full, d.reasons = map[*agent]struct{}{}, 0, false, false
 	if len(bound) > 0 {
 		d.bound = map[*agent]string{}
 	} else {
@@ -160,8 +156,8 @@ func (d *dispatcher) pass(ctx context.Context) {
 		sort.Slice(picks, func(i, j int) bool { return picks[i].a.id < picks[j].a.id })
 		d.claim(ctx, picks)
 	}
-	if hint > 0 || full || reasons || due {
-		done, short := d.route(ctx, hint, full, due)
+	if hint > 0 || full || reasons {
+		done, short := d.route(ctx, hint, full)
 		d.retryShort(ctx, short)
 		if !done {
 			// A pass cut short continues at once.
@@ -181,10 +177,10 @@ type pick struct {
 }
 
 // route offers the queued keys to idle agents and refreshes the pending
-// reasons of the keys still waiting (every one when due). It reports false
+// reasons of the keys still waiting. It reports false
 // when it stopped before the queue was drained or every accepting agent was
 // busy.
-func (d *dispatcher) route(ctx context.Context, hint int, full, due bool) (done, short bool) {
+func (d *dispatcher) route(ctx context.Context, hint int, full bool) (done, short bool) {
 	f := d.f
 	// A few jobs and a few idle agents (the common case of a webhook):
 	// every idle agent claims at once, without reading the queued keys
@@ -245,16 +241,19 @@ func (d *dispatcher) route(ctx context.Context, hint int, full, due bool) (done,
 			break
 		}
 	}
-	if hint > 0 && !full && !due && !f.cl.Sole() {
-		d.explainLater(live)
-		return done, short
-	}
-	d.explain(ctx, keys, live, hint > 0 || full || due)
+	d.explain(ctx, keys, live, hint > 0 || full)
 	return done, short
 }
 
 // maxShortRetries bounds the passes retried in a row by retryShort.
 const maxShortRetries = 5
+
+// retryShortAfter is the wait before the n-th retry of a pass whose claim
+// came up short (retryShort): 2, 4, 8, 16, 32 ms. The rows it skipped are
+// usually held by a transaction that commits within milliseconds.
+func retryShortAfter(n int) time.Duration {
+	return (2 * time.Millisecond) << min(max(n-1, 0), 4)
+}
 
 // retryShort handles a claim that came up short although jobs it accepts
 // may still be queued: a claim skips the rows another transaction holds

@@ -9,17 +9,10 @@ import (
 	"github.com/kilnci/kiln/internal/store"
 )
 
-// reasonChunk is how many queued jobs one write of a pending reason
-// touches: a few milliseconds of the committer's time, where a key with
-// thousands of queued jobs rewritten in one statement held it — and every
-// agent's report waiting behind it — for tens of milliseconds.
-const reasonChunk = 500
-
-// reasonWriter writes the pending reasons the dispatcher decides, each key's
-// in chunks of reasonChunk jobs, each chunk its own committer operation, so
-// agents' reports commit in between. One goroutine writes and the latest
-// reason per key wins: an older reason's chunks never land after a newer
-// one's, which rewrites every job of the key anyway.
+// reasonWriter writes the pending reasons the dispatcher decides, off the
+// dispatcher's path: one row per key (store.Queue.SetPendingReasonForKey),
+// a committer operation each. One goroutine writes, and the latest reason
+// decided for a key replaces one not yet written.
 type reasonWriter struct {
 	cm   *committer
 	log  func(msg string, args ...any)
@@ -77,30 +70,12 @@ func (w *reasonWriter) next() (key string, r decidedReason, ok bool) {
 	return "", decidedReason{}, false
 }
 
-// write writes the key's reason chunk by chunk, and stops early when a
-// newer reason for the key is waiting (it will rewrite them all).
+// write writes the key's reason.
 func (w *reasonWriter) write(key string, r decidedReason) {
-	for {
-		var n int
-		err := w.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
-			var err error
-			n, err = tx.Queue().SetPendingReasonForKey(ctx, key, r.reason, reasonChunk, r.at)
-			return store.Effects{}, err
-		})
-		if err != nil {
-			if !errors.Is(err, errStopped) {
-				w.log("fleet: writing a pending reason failed; the next pass writes it again", "key", key, "err", err)
-			}
-			return
-		}
-		if n < reasonChunk {
-			return
-		}
-		w.mu.Lock()
-		_, newer := w.want[key]
-		w.mu.Unlock()
-		if newer {
-			return
-		}
+	err := w.cm.do(func(ctx context.Context, tx *store.Tx) (store.Effects, error) {
+		return store.Effects{}, tx.Queue().SetPendingReasonForKey(ctx, key, r.reason, r.at)
+	})
+	if err != nil && !errors.Is(err, errStopped) {
+		w.log("fleet: writing a pending reason failed; the next pass writes it again", "key", key, "err", err)
 	}
 }

@@ -18,10 +18,13 @@ func scanJob(rows interface{ Scan(...any) error }) (Job, error) {
 	var j Job
 	var matrix, spec, key, outputs string
 	var pendingSince, queued, expires, dispatched, started, heartbeat, finished sql.NullInt64
+	var kr keyReason
+	var updated int64
 	err := rows.Scan(&j.ID, &j.RunID, &j.Index, &j.Name, &j.Base, &matrix, &j.Status, &j.Result, &j.Error,
 		&j.MaxParallel, &j.FailFast, &j.OnAgentLost, &spec, &key, &j.Stopped, &j.AgentID, &j.LeaseEpoch, &j.Attempts,
 		&j.PendingReason, &pendingSince, &j.LastProvisioningError, &queued, &expires,
-		&dispatched, &started, &heartbeat, &finished, &outputs)
+		&dispatched, &started, &heartbeat, &finished, &outputs,
+		&kr.reason, &kr.since, &kr.decided, &updated)
 	if err != nil {
 		return j, err
 	}
@@ -29,6 +32,7 @@ func scanJob(rows interface{ Scan(...any) error }) (Job, error) {
 	j.Requirement = kiln.ParseRequirementKey(key)
 	j.PendingSince, j.QueuedAt, j.ExpiresAt = fromMS(pendingSince), fromMS(queued), fromMS(expires)
 	j.DispatchedAt, j.StartedAt, j.LastHeartbeatAt, j.FinishedAt = fromMS(dispatched), fromMS(started), fromMS(heartbeat), fromMS(finished)
+	kr.apply(&j.PendingReason, &j.PendingSince, j.QueuedAt, updated, j.LastProvisioningError != "")
 	if outputs != "" {
 		if err := json.Unmarshal([]byte(outputs), &j.Outputs); err != nil {
 			return j, fmt.Errorf("job %s outputs: %w", j.ID, err)
@@ -39,7 +43,7 @@ func scanJob(rows interface{ Scan(...any) error }) (Job, error) {
 
 // loadJobs reads jobs with their needs edges and steps.
 func loadJobs(ctx context.Context, q querier, where string, args ...any) ([]Job, error) {
-	rows, err := q.query(ctx, "SELECT "+jobCols+" FROM jobs WHERE "+where, args...)
+	rows, err := q.query(ctx, "SELECT "+jobCols+", "+fmt.Sprintf(keyReasonCols, "jobs")+" FROM jobs "+keyReasonJoin("jobs")+" WHERE "+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("load jobs: %w", err)
 	}

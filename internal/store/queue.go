@@ -45,63 +45,71 @@ func ReasonProvisioningFailed(detail string) string {
 	return "provisioning failed: " + detail
 }
 
-// SetPendingReason sets the pending reason of the queued jobs among ids,
-// keeping the time it was set when the reason did not change. It returns how
-// many jobs it changed.
-func (q Queue) SetPendingReason(ctx context.Context, reason string, ids ...string) (int, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	var n int64
-	err := q.h.write(ctx, func(t *txn) error {
-		n = 0
-		for start := 0; start < len(ids); start += 500 {
-			chunk := ids[start:min(start+500, len(ids))]
-			args := append([]any{reason, ms(t.now)}, anys(chunk)...)
-			res, err := t.exec(ctx, `UPDATE jobs SET pending_reason = ?, pending_since = ?
-				WHERE id IN (`+marks(len(chunk))+`) AND status = 'queued'
-				AND (pending_reason IS NULL OR pending_reason <> ?)`, append(args, reason)...)
-			if err != nil {
-				return err
-			}
-			c, _ := res.RowsAffected()
-			n += c
+// SetPendingReasonForKey records why the queued jobs with the routing key
+// (kiln.Requirement.Key) wait, as decided at decided (zero: now): one row of
+// key_reasons, whatever the length of the key's queue. A queued job shows
+// it when it was decided after the job's own last change (keyReason.over):
+// a job queued since, or whose provisioning error was recorded since or in
+// the same millisecond, keeps its own reason until the next decision. The
+// time the reason was set is kept while the reason stays the same, and an
+// older decision (another coordinator's, written late) never replaces a
+// newer one.
+func (q Queue) SetPendingReasonForKey(ctx context.Context, key, reason string, decided time.Time) error {
+	return q.h.write(ctx, func(t *txn) error {
+		at := decided
+		if at.IsZero() {
+			at = t.now
 		}
-		return nil
+		_, err := t.exec(ctx, `INSERT INTO key_reasons (rkey, reason, since, decided) VALUES (?, ?, ?, ?)
+			ON CONFLICT (rkey) DO UPDATE SET
+				since = CASE WHEN key_reasons.reason = excluded.reason THEN key_reasons.since ELSE excluded.since END,
+				reason = excluded.reason, decided = excluded.decided
+			WHERE key_reasons.decided <= excluded.decided`, key, reason, ms(t.now), ms(at))
+		return err
 	})
-	return int(n), err
 }
 
-// SetPendingReasonForKey sets the pending reason of the queued jobs with
-// the routing key (kiln.Requirement.Key), keeping the time as above: at
-// most limit of them (all when limit ≤ 0), so a caller can write a long
-// queue in short transactions, calling again while it returns limit. The
-// reason was decided at decided (zero: now): a job whose provisioning error
-// was recorded after that, or in the same millisecond, keeps the error as
-// its reason — the decision may not have known of it.
-func (q Queue) SetPendingReasonForKey(ctx context.Context, key, reason string, limit int, decided time.Time) (int, error) {
-	var n int64
-	err := q.h.write(ctx, func(t *txn) error {
-		if decided.IsZero() {
-			decided = t.now
-		}
-		match := `status = 'queued' AND queue_key = ? AND (pending_reason IS NULL OR pending_reason <> ?)
-			AND (last_provisioning_error IS NULL OR updated_at < ?)`
-		stmt := `UPDATE jobs SET pending_reason = ?, pending_since = ? WHERE ` + match
-		args := []any{reason, ms(t.now), key, reason, ms(decided)}
-		if limit > 0 {
-			stmt = `UPDATE jobs SET pending_reason = ?, pending_since = ?
-				WHERE status = 'queued' AND id IN (SELECT id FROM jobs WHERE ` + match + ` LIMIT ?)`
-			args = append(args, limit)
-		}
-		res, err := t.exec(ctx, stmt, args...)
-		if err != nil {
-			return err
-		}
-		n, _ = res.RowsAffected()
-		return nil
-	})
-	return int(n), err
+// keyReason is a key's pending reason as a job read joins it (NULL when the
+// job is not queued or its key has none).
+type keyReason struct {
+	reason         sql.NullString
+	since, decided sql.NullInt64
+}
+
+// keyReasonCols and keyReasonJoin read a job's key reason; alias is the
+// jobs table's name in the query.
+const keyReasonCols = "kr.reason, kr.since, kr.decided, %[1]s.updated_at"
+
+func keyReasonJoin(alias string) string {
+	return fmt.Sprintf("LEFT JOIN key_reasons kr ON kr.rkey = %[1]s.queue_key AND %[1]s.status = 'queued'", alias)
+}
+
+// over reports whether the key's reason, rather than the job's own, says
+// why a queued job waits: it was decided after the job's last change (a
+// provisioning error recorded in the same millisecond stands, as the
+// decision may not have known of it).
+func (k keyReason) over(updatedAt int64, provisioningError bool) bool {
+	if !k.reason.Valid {
+		return false
+	}
+	if provisioningError {
+		return updatedAt < k.decided.Int64
+	}
+	return updatedAt <= k.decided.Int64
+}
+
+// apply sets reason and since to the key's when it is the one that holds
+// (see over); since is then the later of when the key's reason was set and
+// when the job was queued.
+func (k keyReason) apply(reason *string, since *time.Time, queuedAt time.Time, updatedAt int64, provisioningError bool) {
+	if !k.over(updatedAt, provisioningError) {
+		return
+	}
+	*reason = k.reason.String
+	*since = fromMS(k.since)
+	if queuedAt.After(*since) {
+		*since = queuedAt
+	}
 }
 
 // SetProvisioningError records a scaler.failed detail on a queued job (the
@@ -209,8 +217,8 @@ func (q Queue) Waiting(ctx context.Context, limit int) ([]WaitingJob, error) {
 	}
 	rows, err := q.h.reader().query(ctx, `SELECT j.id, j.status, j.run_id, r.number, r.workflow, j.name, j.queue_key,
 		COALESCE(j.pending_reason, ''), j.pending_since, j.queued_at, j.expires_at, j.attempts,
-		COALESCE(j.last_provisioning_error, '')
-		FROM jobs j JOIN runs r ON r.id = j.run_id
+		COALESCE(j.last_provisioning_error, ''), `+fmt.Sprintf(keyReasonCols, "j")+`
+		FROM jobs j JOIN runs r ON r.id = j.run_id `+keyReasonJoin("j")+`
 		WHERE j.status = 'queued'
 		   OR (j.status = 'pending' AND r.approval_reason IS NOT NULL AND r.approved_at IS NULL)
 		ORDER BY j.id LIMIT ?`, limit)
@@ -223,12 +231,16 @@ func (q Queue) Waiting(ctx context.Context, limit int) ([]WaitingJob, error) {
 		var w WaitingJob
 		var key string
 		var since, queued, expires sql.NullInt64
+		var kr keyReason
+		var updated int64
 		if err := rows.Scan(&w.ID, &w.Status, &w.RunID, &w.RunNumber, &w.Workflow, &w.Name, &key, &w.Reason,
-			&since, &queued, &expires, &w.Attempts, &w.LastProvisioningError); err != nil {
+			&since, &queued, &expires, &w.Attempts, &w.LastProvisioningError,
+			&kr.reason, &kr.since, &kr.decided, &updated); err != nil {
 			return nil, err
 		}
 		w.Requirement = KeyRequirement(key)
 		w.Since, w.QueuedAt, w.ExpiresAt = fromMS(since), fromMS(queued), fromMS(expires)
+		kr.apply(&w.Reason, &w.Since, w.QueuedAt, updated, w.LastProvisioningError != "")
 		out = append(out, w)
 	}
 	return out, rows.Err()

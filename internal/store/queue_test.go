@@ -113,22 +113,22 @@ func TestPendingReasons(t *testing.T) {
 		a, b := cr.Jobs["a"], cr.Jobs["b"]
 		t0 := clock.Now()
 		clock.Advance(sec(1))
-		n, err := db.Queue().SetPendingReason(ctx, store.ReasonNoAgent(linuxReq()), a, b, cr.Jobs["later"])
-		if err != nil || n != 2 {
-			t.Fatalf("set reason: %d %v (the pending job must be left alone)", n, err)
+		if err := db.Queue().SetPendingReasonForKey(ctx, linuxReq().Key(), store.ReasonNoAgent(linuxReq()), time.Time{}); err != nil {
+			t.Fatalf("set reason: %v", err)
 		}
 		t1 := clock.Now()
 		clock.Advance(sec(1))
 		// The same reason again keeps its time.
-		if n, _ := db.Queue().SetPendingReason(ctx, store.ReasonNoAgent(linuxReq()), a); n != 0 {
-			t.Fatalf("an unchanged reason was rewritten")
+		if err := db.Queue().SetPendingReasonForKey(ctx, linuxReq().Key(), store.ReasonNoAgent(linuxReq()), time.Time{}); err != nil {
+			t.Fatalf("set reason again: %v", err)
 		}
-		if j := mustJob(t, db, a); j.PendingReason != "no connected agent with labels linux" || !j.PendingSince.Equal(t1) {
-			t.Fatalf("a: %q since %v", j.PendingReason, j.PendingSince)
+		for _, id := range []string{a, b} {
+			if j := mustJob(t, db, id); j.PendingReason != "no connected agent with labels linux" || !j.PendingSince.Equal(t1) {
+				t.Fatalf("%s: %q since %v", id, j.PendingReason, j.PendingSince)
+			}
 		}
-		n, err = db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 0, time.Time{})
-		if err != nil || n != 1 {
-			t.Fatalf("by key: %d %v", n, err)
+		if err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, time.Time{}); err != nil {
+			t.Fatalf("by key: %v", err)
 		}
 		if j := mustJob(t, db, cr.Jobs["later"]); j.PendingReason != "waiting for needs: a" || !j.PendingSince.Equal(t0) {
 			t.Fatalf("later: %q", j.PendingReason)
@@ -205,22 +205,58 @@ func TestQueueDepth(t *testing.T) {
 	})
 }
 
-// A key's reason written with a limit touches at most that many queued
-// jobs per call (the fleet writes a long queue in short transactions), and
-// a call after the last chunk changes nothing.
-func TestPendingReasonForKeyInChunks(t *testing.T) {
+// A key's reason is one row, shown by every queued job of the key that did
+// not change after it was decided, since the later of when it was set and
+// when the job was queued; a job queued after the decision keeps the
+// reason it was queued with until the next one. The same reason decided
+// again keeps its time; an older decision does not replace a newer one;
+// a job no longer queued does not show it.
+func TestPendingReasonForKeyIsOneRowForTheQueue(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		mustCreate(t, db, newRun(job("a"), job("b"), job("c")))
-		var got []int
-		for range 3 {
-			n, err := db.Queue().SetPendingReasonForKey(ctx, linuxReq().Key(), "all 3 matching agents are busy", 2, time.Time{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, n)
+		cr := mustCreate(t, db, newRun(job("a"), job("b")))
+		key, busy := linuxReq().Key(), "all 3 matching agents are busy"
+		clock.Advance(sec(1))
+		t1 := clock.Now()
+		if err := db.Queue().SetPendingReasonForKey(ctx, key, busy, t1); err != nil {
+			t.Fatal(err)
 		}
-		if got[0] != 2 || got[1] != 1 || got[2] != 0 {
-			t.Fatalf("chunks wrote %v jobs, want [2 1 0]", got)
+		for _, name := range []string{"a", "b"} {
+			if j := mustJob(t, db, cr.Jobs[name]); j.PendingReason != busy || !j.PendingSince.Equal(t1) {
+				t.Fatalf("%s: %q since %v, want %q since %v", name, j.PendingReason, j.PendingSince, busy, t1)
+			}
+		}
+		clock.Advance(sec(1))
+		later := mustCreate(t, db, newRun(job("c"))).Jobs["c"]
+		if j := mustJob(t, db, later); j.PendingReason != store.ReasonWaiting {
+			t.Fatalf("a job queued after the decision: %q, want its own %q", j.PendingReason, store.ReasonWaiting)
+		}
+		clock.Advance(sec(1))
+		if err := db.Queue().SetPendingReasonForKey(ctx, key, busy, clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		j := mustJob(t, db, later)
+		if j.PendingReason != busy || !j.PendingSince.Equal(j.QueuedAt) {
+			t.Fatalf("decided again: %q since %v, want %q since it was queued (%v)", j.PendingReason, j.PendingSince, busy, j.QueuedAt)
+		}
+		if j := mustJob(t, db, cr.Jobs["a"]); !j.PendingSince.Equal(t1) {
+			t.Fatalf("the same reason again moved its time to %v", j.PendingSince)
+		}
+		// Another coordinator's older decision, written late, changes nothing.
+		if err := db.Queue().SetPendingReasonForKey(ctx, key, store.ReasonNoAgent(linuxReq()), t1); err != nil {
+			t.Fatal(err)
+		}
+		w, err := db.Queue().Waiting(ctx, 10)
+		if err != nil || len(w) != 3 {
+			t.Fatalf("waiting %+v %v", w, err)
+		}
+		for _, x := range w {
+			if x.Reason != busy {
+				t.Fatalf("waiting %s: %q, want %q", x.Name, x.Reason, busy)
+			}
+		}
+		claimJob(t, db, "agent-1", cr.Jobs["a"])
+		if j := mustJob(t, db, cr.Jobs["a"]); j.PendingReason != "" {
+			t.Fatalf("a claimed job shows %q", j.PendingReason)
 		}
 	})
 }
@@ -239,20 +275,26 @@ func TestPendingReasonDecidedBeforeAProvisioningErrorKeepsTheError(t *testing.T)
 			t.Fatalf("provisioning error: %v %v", ok, err)
 		}
 		failed := mustJob(t, db, id).PendingReason
-		if n, err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 500, decided); err != nil || n != 0 {
-			t.Fatalf("a reason decided before the error: %d %v", n, err)
+		if err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, decided); err != nil {
+			t.Fatal(err)
+		}
+		if j := mustJob(t, db, id); j.PendingReason != failed {
+			t.Fatalf("a reason decided before the error: %q, want %q", j.PendingReason, failed)
 		}
 		// The same millisecond as the error: which came first is unknown,
 		// and the error stays.
-		if n, err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 500, clock.Now()); err != nil || n != 0 {
-			t.Fatalf("a reason decided in the error's millisecond: %d %v", n, err)
+		if err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, clock.Now()); err != nil {
+			t.Fatal(err)
 		}
 		if j := mustJob(t, db, id); j.PendingReason != failed {
-			t.Fatalf("reason %q, want %q", j.PendingReason, failed)
+			t.Fatalf("a reason decided in the error's millisecond: %q, want %q", j.PendingReason, failed)
 		}
 		clock.Advance(sec(1))
-		if n, err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, 500, clock.Now()); err != nil || n != 1 {
-			t.Fatalf("a reason decided after the error: %d %v", n, err)
+		if err := db.Queue().SetPendingReasonForKey(ctx, "gpu", store.ReasonSpawning, clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if j := mustJob(t, db, id); j.PendingReason != store.ReasonSpawning {
+			t.Fatalf("a reason decided after the error: %q", j.PendingReason)
 		}
 	})
 }
