@@ -59,7 +59,7 @@ var errStopped = errors.New("fleet: the orchestrator is shutting down")
 var errUnsettled = errors.New("fleet: the job has uploads in flight")
 
 type committer struct {
-	db    *store.DB
+	held  *store.Held // the connection every batch commits on
 	emit  func(store.Effects)
 	max   int
 	ch    chan *op
@@ -75,7 +75,7 @@ type committer struct {
 }
 
 func newCommitter(db *store.DB, emit func(store.Effects), max int, log func(string, ...any), stats *counters) *committer {
-	return &committer{db: db, emit: emit, max: max, ch: make(chan *op, 4*max),
+	return &committer{held: db.Hold(), emit: emit, max: max, ch: make(chan *op, 4*max),
 		stop: make(chan struct{}), done: make(chan struct{}), log: log, stats: stats}
 }
 
@@ -144,6 +144,7 @@ func (cm *committer) submit(o *op) error {
 // run commits batches until shutdown, then what is still queued.
 func (cm *committer) run(ctx context.Context) {
 	defer close(cm.done)
+	defer cm.held.Close()
 	batch := make([]*op, 0, cm.max)
 	for {
 		var o *op
@@ -238,7 +239,7 @@ func (cm *committer) shutdown() {
 func (cm *committer) commit(ctx context.Context, batch []*op) {
 	results := make([]error, len(batch))
 	effects := make([]store.Effects, len(batch))
-	err := cm.db.Update(ctx, func(tx *store.Tx) error {
+	err := cm.held.Update(ctx, func(tx *store.Tx) error {
 		for i := 0; i < len(batch); {
 			if batch[i].complete != nil {
 				n, err := cm.completions(ctx, tx, batch[i:], results[i:], effects[i:])

@@ -1,5 +1,7 @@
 package store
 
+import "context"
+
 // ClaimBranchPostgres is the claim's per-key query on PostgreSQL, for the
 // plan test in package store_test.
 const ClaimBranchPostgres = claimBranchPostgres
@@ -13,4 +15,11 @@ func SetQueryOnly(db *DB, on bool) error {
 	}
 	_, err := db.write.Exec("PRAGMA query_only = " + v)
 	return err
+}
+
+// BackendPID is the PostgreSQL connection tx runs on.
+func BackendPID(tx *Tx) (int, error) {
+	var pid int
+	err := tx.t.queryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid)
+	return pid, err
 }

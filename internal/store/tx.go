@@ -63,6 +63,15 @@ func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 func (db *DB) update(ctx context.Context, fn func(t *txn) error) error {
+	return db.updateVia(ctx, db.write, fn)
+}
+
+// beginner is where a transaction begins: the pool, or a held connection.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+func (db *DB) updateVia(ctx context.Context, b beginner, fn func(t *txn) error) error {
 	// The timeline events the operation recorded are written last, in one
 	// statement, in its transaction.
 	// The sources it wrote are told to the watchers when it ended, even
@@ -84,7 +93,7 @@ func (db *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	}()
 	var err error
 	for attempt := 0; attempt < maxTxRetries; attempt++ {
-		err = db.updateOnce(ctx, fn)
+		err = db.updateOnce(ctx, b, fn)
 		if err == nil || !db.dialect.retryable(err) || ctx.Err() != nil {
 			return err
 		}
@@ -93,11 +102,11 @@ func (db *DB) update(ctx context.Context, fn func(t *txn) error) error {
 	return err
 }
 
-func (db *DB) updateOnce(ctx context.Context, fn func(t *txn) error) error {
+func (db *DB) updateOnce(ctx context.Context, b beginner, fn func(t *txn) error) error {
 	if db.comb != nil {
 		return db.combined(ctx, fn)
 	}
-	sqlTx, err := db.write.BeginTx(ctx, nil)
+	sqlTx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", db.dialect.wrap(err))
 	}
