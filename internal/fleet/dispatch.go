@@ -257,8 +257,8 @@ func retryShortAfter(n int) time.Duration {
 
 // retryShort handles a claim that came up short although jobs it accepts
 // may still be queued: a claim skips the rows another transaction holds
-// (SKIP LOCKED), such as another coordinator writing the pending reasons
-// of the jobs it just queued, and no wake-up follows. If an idle agent
+// (SKIP LOCKED), such as another coordinator's claim or the engine moving
+// a job, and no wake-up follows. If an idle agent
 // accepts a key still queued, the pass runs again shortly (a few times,
 // backing off), instead of leaving the job to the redrive.
 func (d *dispatcher) retryShort(ctx context.Context, short bool) {

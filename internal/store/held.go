@@ -28,7 +28,7 @@ func (db *DB) Hold() *Held { return &Held{db: db} }
 // gives the connection back (it may be broken: the database restarted),
 // and the next takes a fresh one from the pool.
 func (h *Held) Update(ctx context.Context, fn func(tx *Tx) error) error {
-	if h.db.comb != nil || h.db.dialect.name() != "postgres" {
+	if h.db.dialect.name() != "postgres" {
 		return h.db.Update(ctx, fn)
 	}
 	if h.conn == nil {

@@ -42,7 +42,16 @@ func TestHeldWriterKeepsOneConnectionAndReplacesALostOne(t *testing.T) {
 			mustCreate(t, db, newRun(job("b")))
 		}
 		for range 3 {
-			if p, err := pid(); err != nil || p != first {
+			// A writer taking a pool connection now would get the one
+			// the last transaction gave back (the pool reuses the most
+			// recent first), were it not held.
+			other, err := db.SQL().Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := pid()
+			_ = other.Close()
+			if err != nil || p != first {
 				t.Fatalf("transaction on backend %d (%v), want the held %d", p, err, first)
 			}
 		}

@@ -41,9 +41,12 @@ func scanJob(rows interface{ Scan(...any) error }) (Job, error) {
 	return j, nil
 }
 
+// loadJobsSQL selects jobs with their key's pending reason, up to WHERE.
+var loadJobsSQL = "SELECT " + jobCols + ", " + keyReasonCols("jobs") + " FROM jobs " + keyReasonJoin("jobs") + " WHERE "
+
 // loadJobs reads jobs with their needs edges and steps.
 func loadJobs(ctx context.Context, q querier, where string, args ...any) ([]Job, error) {
-	rows, err := q.query(ctx, "SELECT "+jobCols+", "+fmt.Sprintf(keyReasonCols, "jobs")+" FROM jobs "+keyReasonJoin("jobs")+" WHERE "+where, args...)
+	rows, err := q.query(ctx, loadJobsSQL+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("load jobs: %w", err)
 	}

@@ -76,9 +76,12 @@ type keyReason struct {
 	since, decided sql.NullInt64
 }
 
-// keyReasonCols and keyReasonJoin read a job's key reason; alias is the
-// jobs table's name in the query.
-const keyReasonCols = "kr.reason, kr.since, kr.decided, %[1]s.updated_at"
+// keyReasonCols and keyReasonJoin read a job's key reason (scanned into a
+// keyReason and the job's updated_at); alias is the jobs table's name in
+// the query.
+func keyReasonCols(alias string) string {
+	return fmt.Sprintf("kr.reason, kr.since, kr.decided, %s.updated_at", alias)
+}
 
 func keyReasonJoin(alias string) string {
 	return fmt.Sprintf("LEFT JOIN key_reasons kr ON kr.rkey = %[1]s.queue_key AND %[1]s.status = 'queued'", alias)
@@ -217,7 +220,7 @@ func (q Queue) Waiting(ctx context.Context, limit int) ([]WaitingJob, error) {
 	}
 	rows, err := q.h.reader().query(ctx, `SELECT j.id, j.status, j.run_id, r.number, r.workflow, j.name, j.queue_key,
 		COALESCE(j.pending_reason, ''), j.pending_since, j.queued_at, j.expires_at, j.attempts,
-		COALESCE(j.last_provisioning_error, ''), `+fmt.Sprintf(keyReasonCols, "j")+`
+		COALESCE(j.last_provisioning_error, ''), `+keyReasonCols("j")+`
 		FROM jobs j JOIN runs r ON r.id = j.run_id `+keyReasonJoin("j")+`
 		WHERE j.status = 'queued'
 		   OR (j.status = 'pending' AND r.approval_reason IS NOT NULL AND r.approved_at IS NULL)
