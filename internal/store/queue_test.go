@@ -211,6 +211,7 @@ func TestQueueDepth(t *testing.T) {
 // reason it was queued with until the next one. The same reason decided
 // again keeps its time; an older decision does not replace a newer one;
 // a job no longer queued does not show it.
+// Proves B34 (docs/behaviours.md).
 func TestPendingReasonForKeyIsOneRowForTheQueue(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b")))
