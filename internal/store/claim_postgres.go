@@ -52,20 +52,18 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	}
 	fmt.Fprintf(&b, "pick AS (SELECT id, row_number() OVER (ORDER BY id) AS rn FROM (%s) u ORDER BY id LIMIT ?), ", strings.Join(picks, " UNION ALL "))
 	args = append(args, total)
-	// who numbers the slots: slot n goes to the ask that owns it.
-	b.WriteString("who (rn, ask, agent) AS (VALUES ")
-	n := 0
+	// who numbers the slots: slot n goes to the ask that owns it. Arrays,
+	// so the statement's text does not change with the number of slots
+	// (see oneOf).
+	rn, ask, agent := make([]int64, 0, total), make([]int32, 0, total), make([]string, 0, total)
 	for i, a := range asks {
-		for s := 0; s < a.slots; s++ {
-			if n > 0 {
-				b.WriteString(", ")
-			}
-			n++
-			b.WriteString("(?::bigint, ?::int, ?::text)")
-			args = append(args, n, i, a.agentID)
+		for range a.slots {
+			rn, ask, agent = append(rn, int64(len(rn)+1)), append(ask, int32(i)), append(agent, a.agentID)
 		}
 	}
-	b.WriteString("), claimed AS (UPDATE jobs j SET " + claimSet("j.", "who.agent") + ` FROM pick JOIN who ON who.rn = pick.rn
+	b.WriteString("who (rn, ask, agent) AS (SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[])), claimed AS (")
+	args = append(args, rn, ask, agent)
+	b.WriteString("UPDATE jobs j SET " + claimSet("j.", "who.agent") + ` FROM pick JOIN who ON who.rn = pick.rn
 		WHERE j.id = pick.id AND j.status = 'queued'
 		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, who.ask, who.agent),
 		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?

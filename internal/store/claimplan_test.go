@@ -36,21 +36,40 @@ func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
 		for i := 1; strings.Contains(q, "?"); i++ {
 			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
 		}
-		rows, err := db.SQL().QueryContext(ctx, "EXPLAIN "+q+" FOR UPDATE SKIP LOCKED", key, 0, 32)
+		// pgx prepares the statement once per connection, and PostgreSQL
+		// may then plan it once for any parameters (a generic plan): both
+		// plans must be the ordered scan.
+		conn, err := db.SQL().Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rows.Close()
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "PREPARE claim_branch AS "+q+" FOR UPDATE SKIP LOCKED"); err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
 				t.Fatal(err)
 			}
-			plan.WriteString(line + "\n")
+			rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE claim_branch ('"+strings.ReplaceAll(key, "'", "''")+"', 0, 32)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan strings.Builder
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			rows.Close()
+			if p := plan.String(); !strings.Contains(p, "Index Scan using jobs_queued") || strings.Contains(p, "Sort") || strings.Contains(p, "jobs_pkey") {
+				t.Fatalf("%s: the claim is not an ordered scan of jobs_queued:\n%s", mode, p)
+			}
 		}
-		if p := plan.String(); !strings.Contains(p, "Index Scan using jobs_queued") || strings.Contains(p, "Sort") || strings.Contains(p, "jobs_pkey") {
-			t.Fatalf("the claim is not an ordered scan of jobs_queued:\n%s", p)
+		if _, err := conn.ExecContext(ctx, "DEALLOCATE claim_branch; RESET plan_cache_mode"); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

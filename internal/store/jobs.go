@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/kilnci/kiln"
 )
@@ -140,15 +139,14 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 			for start := 0; start < len(items); start += 250 {
 				chunk := items[start:min(start+250, len(items))]
 				ids := make([]string, len(chunk))
-				pairs := make([]any, 0, 2*len(chunk))
+				epochs := make([]int64, len(chunk))
 				for k, i := range chunk {
-					ids[k] = cs[i].JobID
-					pairs = append(pairs, cs[i].JobID, cs[i].Epoch)
+					ids[k], epochs[k] = cs[i].JobID, cs[i].Epoch
 				}
+				leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
 				moved, err := t.move(ctx, moves[g.status], change{ids: ids,
 					set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
-					where: "AND (id, lease_epoch) IN (" + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(chunk)), ", ") + ")",
-					wargs: pairs, err: g.err})
+					where: "AND " + leased, wargs: pairs, err: g.err})
 				if err != nil {
 					return err
 				}

@@ -142,9 +142,10 @@ func (t *txn) move(ctx context.Context, m move, c change) ([]movedJob, error) {
 			b.WriteString(", " + c.set)
 			args = append(args, c.args...)
 		}
-		fmt.Fprintf(&b, " WHERE id IN (%s) AND status IN (%s) %s RETURNING %s",
-			marks(len(ids)), statusList(m.from), c.where, movedCols)
-		args = append(args, anys(ids)...)
+		in, inArgs := t.db.dialect.oneOf("id", ids)
+		fmt.Fprintf(&b, " WHERE %s AND status IN (%s) %s RETURNING %s",
+			in, statusList(m.from), c.where, movedCols)
+		args = append(args, inArgs...)
 		args = append(args, c.wargs...)
 		rows, err := t.query(ctx, b.String(), args...)
 		if err != nil {

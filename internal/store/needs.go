@@ -26,12 +26,11 @@ var (
 )
 
 func (t *txn) settle(ctx context.Context) error {
+	var steps []stmt
 	for len(t.ended) > 0 {
 		ended := t.ended
 		t.ended = nil
-		if err := t.reconcileSteps(ctx, ended); err != nil {
-			return err
-		}
+		steps = append(steps, t.stepEnds(ended)...)
 		next := runrules.AfterEnded(ended)
 		for _, failed := range next.FailFast {
 			if err := t.failFast(ctx, failed); err != nil {
@@ -53,7 +52,7 @@ func (t *txn) settle(ctx context.Context) error {
 	}
 	sort.Strings(runs)
 	t.dirty = nil
-	return t.rollUpRuns(ctx, runs)
+	return t.rollUpRuns(ctx, runs, steps)
 }
 
 // failFast stops the other unfinished children of a group after one failed.

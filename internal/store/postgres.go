@@ -50,15 +50,15 @@ func (postgresDialect) lockRuns(ctx context.Context, t *txn, ids []string) error
 	if len(need) == 0 {
 		return nil
 	}
-	return pgLock(ctx, t, "SELECT id, hashtextextended(id, 0) AS k FROM runs WHERE id IN ("+marks(len(need))+")", anys(need))
+	return pgLock(ctx, t, "SELECT id, hashtextextended(id, 0) AS k FROM runs WHERE id = ANY(?::text[])", []any{need})
 }
 
 // lockRunsOfJobs locks the runs of jobs in one round trip.
 func (postgresDialect) lockRunsOfJobs(ctx context.Context, t *txn, jobIDs []string) error {
 	for start := 0; start < len(jobIDs); start += 500 {
 		ids := jobIDs[start:min(start+500, len(jobIDs))]
-		q := "SELECT DISTINCT run_id, hashtextextended(run_id, 0) AS k FROM jobs WHERE id IN (" + marks(len(ids)) + ")"
-		if err := pgLock(ctx, t, q, anys(ids)); err != nil {
+		q := "SELECT DISTINCT run_id, hashtextextended(run_id, 0) AS k FROM jobs WHERE id = ANY(?::text[])"
+		if err := pgLock(ctx, t, q, []any{ids}); err != nil {
 			return err
 		}
 	}
@@ -85,6 +85,16 @@ func pgLock(ctx context.Context, t *txn, inner string, args []any) error {
 }
 
 func (postgresDialect) nextRunNumber() string { return "nextval('run_numbers')" }
+
+func (postgresDialect) writesInWith() bool { return true }
+
+func (postgresDialect) oneOf(col string, vals []string) (string, []any) {
+	return col + " = ANY(?::text[])", []any{vals}
+}
+
+func (postgresDialect) pairOf(a, b string, as []string, bs []int64) (string, []any) {
+	return "(" + a + ", " + b + ") IN (SELECT * FROM unnest(?::text[], ?::bigint[]))", []any{as, bs}
+}
 
 func openPostgres(ctx context.Context, c *DB) error {
 	cfg, err := pgx.ParseConfig(c.cfg.URL)

@@ -41,6 +41,20 @@ func (sqliteDialect) nextRunNumber() string {
 	return "(SELECT COALESCE(MAX(number), 0) + 1 FROM runs)"
 }
 
+func (sqliteDialect) writesInWith() bool { return false }
+
+func (sqliteDialect) oneOf(col string, vals []string) (string, []any) {
+	return col + " IN (" + marks(len(vals)) + ")", anys(vals)
+}
+
+func (sqliteDialect) pairOf(a, b string, as []string, bs []int64) (string, []any) {
+	args := make([]any, 0, 2*len(as))
+	for i := range as {
+		args = append(args, as[i], bs[i])
+	}
+	return "(" + a + ", " + b + ") IN (" + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(as)), ", ") + ")", args
+}
+
 func isPostgresURL(u string) bool {
 	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
 }

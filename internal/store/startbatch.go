@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/kilnci/kiln"
 )
@@ -78,15 +77,17 @@ func (j Jobs) StartBatch(ctx context.Context, leases []Lease) (errs []error, err
 // that are still pending (a run once per moved job; StartBatch dedupes). The run's status comes back with the move: one
 // statement instead of the move and then a read of each run.
 func (t *txn) startChunk(ctx context.Context, chunk []Lease, started map[Lease]bool) ([]string, error) {
-	args := make([]any, 0, 3+2*len(chunk))
-	args = append(args, ms(t.now), ms(t.now), ms(t.now))
-	for _, l := range chunk {
-		args = append(args, l.JobID, l.Epoch)
+	ids := make([]string, len(chunk))
+	epochs := make([]int64, len(chunk))
+	for i, l := range chunk {
+		ids[i], epochs[i] = l.JobID, l.Epoch
 	}
+	leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
+	args := append([]any{ms(t.now), ms(t.now), ms(t.now)}, pairs...)
 	rows, err := t.query(ctx, fmt.Sprintf(`UPDATE jobs SET status = '%s', updated_at = ?, ack_deadline = NULL, started_at = ?,
-		last_heartbeat_at = ? WHERE status IN (%s) AND (id, lease_epoch) IN (%s)
+		last_heartbeat_at = ? WHERE status IN (%s) AND %s
 		RETURNING id, lease_epoch, run_id, (SELECT status FROM runs WHERE runs.id = jobs.run_id)`,
-		mStart.to, statusList(mStart.from), strings.TrimSuffix(strings.Repeat("(?, ?), ", len(chunk)), ", ")), args...)
+		mStart.to, statusList(mStart.from), leased), args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mStart.name, err)
 	}

@@ -47,7 +47,8 @@ func (u Uploads) InFlightAmong(ctx context.Context, jobIDs []string) (map[string
 	if len(jobIDs) == 0 {
 		return nil, nil
 	}
-	ids, err := queryStrings(ctx, u.h.reader(), "SELECT DISTINCT job_id FROM uploads_in_flight WHERE job_id IN ("+marks(len(jobIDs))+")", anys(jobIDs)...)
+	in, args := u.h.db.dialect.oneOf("job_id", jobIDs)
+	ids, err := queryStrings(ctx, u.h.reader(), "SELECT DISTINCT job_id FROM uploads_in_flight WHERE "+in, args...)
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
