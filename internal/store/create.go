@@ -254,14 +254,13 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			stepRows = append(stepRows, []any{id, k, s, string(r.steps)})
 		}
 	}
-	if err := t.insertRows(ctx, "jobs", "id, run_id, idx, name, base, matrix, status, ready, has_dependents, max_parallel, fail_fast, on_agent_lost, spec, queue_key, pending_reason, pending_since, queued_at, expires_at, result, outputs, error, finished_at, created_at, updated_at",
-		"?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", jobRows); err != nil {
+	if err := t.insertRows(ctx, jobsTable, jobRows); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
-	if err := t.insertRows(ctx, "needs", "job_id, run_id, upstream, accept", "?, ?, ?, ?", needRows); err != nil {
+	if err := t.insertRows(ctx, needsTable, needRows); err != nil {
 		return fmt.Errorf("insert needs: %w", err)
 	}
-	if err := t.insertRows(ctx, "steps", "job_id, idx, name, status", "?, ?, ?, ?", stepRows); err != nil {
+	if err := t.insertRows(ctx, stepsTable, stepRows); err != nil {
 		return fmt.Errorf("insert steps: %w", err)
 	}
 	for _, j := range released {
@@ -384,30 +383,4 @@ func sortedKeysBool(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// insertRows inserts rows with multi-row INSERTs, chunked below both
-// databases' parameter limits.
-func (t *txn) insertRows(ctx context.Context, table, cols, placeholders string, rows [][]any) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	per := max(1, 30000/len(rows[0]))
-	for start := 0; start < len(rows); start += per {
-		chunk := rows[start:min(start+per, len(rows))]
-		var b strings.Builder
-		fmt.Fprintf(&b, "INSERT INTO %s (%s) VALUES ", table, cols)
-		args := make([]any, 0, len(chunk)*len(chunk[0]))
-		for i, r := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("(" + placeholders + ")")
-			args = append(args, r...)
-		}
-		if _, err := t.exec(ctx, b.String(), args...); err != nil {
-			return err
-		}
-	}
-	return nil
 }

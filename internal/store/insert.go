@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// insertTable is a table as insertRows writes it: its columns, each with
+// the PostgreSQL type of its array (text or bigint).
+type insertTable struct {
+	name  string
+	cols  []string
+	types []string
+}
+
+// newInsertTable takes "col type, col type, …".
+func newInsertTable(name, spec string) insertTable {
+	t := insertTable{name: name}
+	for _, c := range strings.Split(spec, ", ") {
+		col, typ, _ := strings.Cut(c, " ")
+		t.cols, t.types = append(t.cols, col), append(t.types, typ)
+	}
+	return t
+}
+
+var (
+	jobsTable = newInsertTable("jobs", "id text, run_id text, idx bigint, name text, base text, matrix text, status text, "+
+		"ready bigint, has_dependents bigint, max_parallel bigint, fail_fast bigint, on_agent_lost text, spec text, "+
+		"queue_key text, pending_reason text, pending_since bigint, queued_at bigint, expires_at bigint, result text, "+
+		"outputs text, error text, finished_at bigint, created_at bigint, updated_at bigint")
+	needsTable     = newInsertTable("needs", "job_id text, run_id text, upstream text, accept text")
+	stepsTable     = newInsertTable("steps", "job_id text, idx bigint, name text, status text")
+	runEventsTable = newInsertTable("run_events", "run_id text, job_id text, at bigint, type text, detail text")
+)
+
+// insertRows inserts rows (values in tbl's column order). On PostgreSQL
+// they go as one array per column, unnested: one statement whose text is
+// the same for any number of rows (see oneOf), and one parameter per
+// column where a multi-row VALUES list had one per value — encoding
+// thousands of parameters was most of the server's CPU in creating a
+// large run. On SQLite, multi-row INSERTs chunked below its parameter
+// limit.
+func (t *txn) insertRows(ctx context.Context, tbl insertTable, rows [][]any) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	if t.db.dialect.dollarParams() {
+		return t.insertUnnest(ctx, tbl, rows)
+	}
+	per := max(1, 30000/len(tbl.cols))
+	marks := "(" + marks(len(tbl.cols)) + ")"
+	for start := 0; start < len(rows); start += per {
+		chunk := rows[start:min(start+per, len(rows))]
+		var b strings.Builder
+		fmt.Fprintf(&b, "INSERT INTO %s (%s) VALUES ", tbl.name, strings.Join(tbl.cols, ", "))
+		args := make([]any, 0, len(chunk)*len(tbl.cols))
+		for i, r := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(marks)
+			args = append(args, r...)
+		}
+		if _, err := t.exec(ctx, b.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) insertUnnest(ctx context.Context, tbl insertTable, rows [][]any) error {
+	args := make([]any, len(tbl.cols))
+	arrays := make([]string, len(tbl.cols))
+	for c, typ := range tbl.types {
+		arrays[c] = "?::" + typ + "[]"
+		var err error
+		if typ == "bigint" {
+			args[c], err = column(rows, c, asInt64)
+		} else {
+			args[c], err = column(rows, c, asString)
+		}
+		if err != nil {
+			return fmt.Errorf("insert into %s: column %s: %w", tbl.name, tbl.cols[c], err)
+		}
+	}
+	q := "INSERT INTO " + tbl.name + " (" + strings.Join(tbl.cols, ", ") + ") SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")"
+	_, err := t.exec(ctx, q, args...)
+	return err
+}
+
+// column gathers column c of rows, NULL as nil.
+func column[T any](rows [][]any, c int, conv func(any) (T, bool)) ([]*T, error) {
+	out := make([]*T, len(rows))
+	vals := make([]T, len(rows))
+	for i, r := range rows {
+		if r[c] == nil {
+			continue
+		}
+		v, ok := conv(r[c])
+		if !ok {
+			return nil, fmt.Errorf("a %T is not of the column's type", r[c])
+		}
+		vals[i] = v
+		out[i] = &vals[i]
+	}
+	return out, nil
+}
+
+// asString and asInt64 take a value as database/sql would (a named
+// string or integer type too).
+func asString(v any) (string, bool) {
+	if s, ok := v.(string); ok {
+		return s, true
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.String {
+		return rv.String(), true
+	}
+	return "", false
+}
+
+func asInt64(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return rv.Int(), true
+	case reflect.Bool:
+		if rv.Bool() {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
