@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -304,5 +305,34 @@ func mustExec(b *testing.B, db *sql.DB, q string) {
 	b.Helper()
 	if _, err := db.Exec(q); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkCreateRun creates runs of 256 jobs of two steps, each job with
+// a spec of about 900 bytes (as kiln bench's workflow renders), and
+// reports the store's work per job:
+//
+//	go test -run '^$' -bench CreateRun -benchmem ./internal/store/
+func BenchmarkCreateRun(b *testing.B) {
+	spec := []byte(`{"steps":[{"name":"checkout"},{"name":"build","run":"` + strings.Repeat("x", 850) + `"}]}`)
+	jobs := make([]store.NewJob, 256)
+	for i := range jobs {
+		jobs[i] = store.NewJob{Name: fmt.Sprintf("j%d", i), Requirement: linuxReq(), Steps: []string{"checkout", "build"}, Spec: spec}
+	}
+	for _, be := range storetest.Backends {
+		b.Run(be.Name, func(b *testing.B) {
+			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := db.Runs().Create(ctx, newRun(jobs...)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(jobs)), "µs/job")
+		})
 	}
 }
