@@ -162,9 +162,17 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		return err
 	}
 	now := ms(t.now)
+	// The workflow's text is stored once per content hash; on PostgreSQL
+	// in the statement inserting the run (a WITH clause, no round trip of
+	// its own).
+	var with string
+	var withArgs []any
 	if len(nr.WorkflowContent) > 0 && nr.WorkflowHash != "" {
-		if _, err := t.exec(ctx, "INSERT INTO workflow_definitions (hash, content, created_at) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
-			nr.WorkflowHash, string(nr.WorkflowContent), now); err != nil {
+		const def = "INSERT INTO workflow_definitions (hash, content, created_at) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING"
+		args := []any{nr.WorkflowHash, string(nr.WorkflowContent), now}
+		if t.db.dialect.writesInWith() {
+			with, withArgs = "WITH wd AS ("+def+") ", args
+		} else if _, err := t.exec(ctx, def, args...); err != nil {
 			return fmt.Errorf("store workflow definition: %w", err)
 		}
 	}
@@ -176,14 +184,14 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 	if nr.DeliveryID != 0 {
 		deliveryID = nr.DeliveryID
 	}
-	err = t.queryRow(ctx, `INSERT INTO runs (id, number, source, repository, workflow, workflow_file, workflow_hash,
+	err = t.queryRow(ctx, with+`INSERT INTO runs (id, number, source, repository, workflow, workflow_file, workflow_hash,
 		event, inputs, trace, ref, sha, status, deadline, parent_run_id, rerun_of, delivery_id, created_at, updated_at,
 		approval_reason)
 		VALUES (?, `+t.db.dialect.nextRunNumber()+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) RETURNING number`,
-		runID, nr.Source, nr.Repository, nr.Workflow, nr.WorkflowFile, nr.WorkflowHash,
+		append(withArgs, runID, nr.Source, nr.Repository, nr.Workflow, nr.WorkflowFile, nr.WorkflowHash,
 		jsonText(nr.Event, "{}"), jsonText(nr.Inputs, "{}"), jsonText(nr.Trace, "[]"), nr.Ref, nr.SHA,
 		deadline, nullString(nr.ParentRunID), nullString(nr.RerunOf), deliveryID, now, now,
-		nullString(nr.Hold)).Scan(&out.Number)
+		nullString(nr.Hold))...).Scan(&out.Number)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}
@@ -194,7 +202,6 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			return err
 		}
 	}
-	t.markDirty(runID) // a run without jobs (or all skipped) ends at once
 
 	hasDependents := map[string]bool{}
 	for _, j := range jobs {
@@ -203,6 +210,7 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		}
 	}
 	var jobRows, needRows, stepRows [][]any
+	open := false // a job is written pending or queued: the run goes on
 	var released []movedJob
 	for i, j := range jobs {
 		id, err := newID()
@@ -244,6 +252,7 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		if j.Reuse != nil {
 			t.event(runID, id, EventReused, fmt.Sprintf("%s in the run this one reruns: not run again", j.Reuse.Status))
 		}
+		open = open || !r.status.Terminal()
 		jobRows = append(jobRows, []any{id, runID, i, j.Name, j.Base, jsonText(j.Matrix, "{}"), string(r.status), r.ready,
 			boolInt(hasDependents[j.Base]), j.MaxParallel, boolInt(j.FailFast), string(j.OnAgentLost),
 			r.spec, r.key, r.reason, r.since, r.queuedAt, r.expiresAt, r.result, r.outputs, r.err, r.finished, now, now})
@@ -254,14 +263,14 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			stepRows = append(stepRows, []any{id, k, s, string(r.steps)})
 		}
 	}
-	if err := t.insertRows(ctx, jobsTable, jobRows); err != nil {
+	if err := t.insertRows(ctx, tableRows{jobsTable, jobRows}, tableRows{needsTable, needRows}, tableRows{stepsTable, stepRows}); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
-	if err := t.insertRows(ctx, needsTable, needRows); err != nil {
-		return fmt.Errorf("insert needs: %w", err)
-	}
-	if err := t.insertRows(ctx, stepsTable, stepRows); err != nil {
-		return fmt.Errorf("insert steps: %w", err)
+	if !open {
+		// A run without jobs, or whose jobs all ended already (skipped,
+		// carried over), ends at once. One with a job to run cannot: no
+		// roll-up check (a statement, a round trip) for it.
+		t.markDirty(runID)
 	}
 	for _, j := range released {
 		t.moved(j)

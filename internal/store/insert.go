@@ -35,20 +35,34 @@ var (
 	runEventsTable = newInsertTable("run_events", "run_id text, job_id text, at bigint, type text, detail text")
 )
 
-// insertRows inserts rows (values in tbl's column order). On PostgreSQL
-// they go as one array per column, unnested: one statement whose text is
-// the same for any number of rows (see oneOf), and one parameter per
-// column where a multi-row VALUES list had one per value — encoding
-// thousands of parameters was most of the server's CPU in creating a
-// large run. On SQLite, multi-row INSERTs chunked below its parameter
-// limit.
-func (t *txn) insertRows(ctx context.Context, tbl insertTable, rows [][]any) error {
-	if len(rows) == 0 {
-		return nil
+// tableRows are rows to insert into tbl, values in its column order.
+type tableRows struct {
+	tbl  insertTable
+	rows [][]any
+}
+
+// insertRows inserts rows into tables, in order. On PostgreSQL each
+// table's rows go as one array per column, unnested — one statement text
+// for any number of rows (see oneOf), one parameter per column where a
+// multi-row VALUES list had one per value: encoding thousands of
+// parameters was most of the server's CPU in creating a large run — and
+// all the tables in one statement, each but the last in a WITH clause: a
+// run's jobs, needs and steps cost one round trip. (Their foreign keys are
+// checked when the statement ends, when every row is in.) On SQLite,
+// multi-row INSERTs chunked below its parameter limit.
+func (t *txn) insertRows(ctx context.Context, sets ...tableRows) error {
+	if t.db.dialect.writesInWith() {
+		return t.insertUnnest(ctx, sets)
 	}
-	if t.db.dialect.dollarParams() {
-		return t.insertUnnest(ctx, tbl, rows)
+	for _, set := range sets {
+		if err := t.insertValues(ctx, set.tbl, set.rows); err != nil {
+			return fmt.Errorf("insert into %s: %w", set.tbl.name, err)
+		}
 	}
+	return nil
+}
+
+func (t *txn) insertValues(ctx context.Context, tbl insertTable, rows [][]any) error {
 	per := max(1, 30000/len(tbl.cols))
 	marks := "(" + marks(len(tbl.cols)) + ")"
 	for start := 0; start < len(rows); start += per {
@@ -70,23 +84,45 @@ func (t *txn) insertRows(ctx context.Context, tbl insertTable, rows [][]any) err
 	return nil
 }
 
-func (t *txn) insertUnnest(ctx context.Context, tbl insertTable, rows [][]any) error {
-	args := make([]any, len(tbl.cols))
-	arrays := make([]string, len(tbl.cols))
-	for c, typ := range tbl.types {
-		arrays[c] = "?::" + typ + "[]"
-		var err error
-		if typ == "bigint" {
-			args[c], err = column(rows, c, asInt64)
-		} else {
-			args[c], err = column(rows, c, asString)
+func (t *txn) insertUnnest(ctx context.Context, sets []tableRows) error {
+	var inserts []string
+	var args []any
+	for _, set := range sets {
+		if len(set.rows) == 0 {
+			continue
 		}
-		if err != nil {
-			return fmt.Errorf("insert into %s: column %s: %w", tbl.name, tbl.cols[c], err)
+		tbl := set.tbl
+		arrays := make([]string, len(tbl.cols))
+		for c, typ := range tbl.types {
+			arrays[c] = "?::" + typ + "[]"
+			var col any
+			var err error
+			if typ == "bigint" {
+				col, err = column(set.rows, c, asInt64)
+			} else {
+				col, err = column(set.rows, c, asString)
+			}
+			if err != nil {
+				return fmt.Errorf("insert into %s: column %s: %w", tbl.name, tbl.cols[c], err)
+			}
+			args = append(args, col)
 		}
+		inserts = append(inserts, "INSERT INTO "+tbl.name+" ("+strings.Join(tbl.cols, ", ")+") SELECT * FROM unnest("+strings.Join(arrays, ", ")+")")
 	}
-	q := "INSERT INTO " + tbl.name + " (" + strings.Join(tbl.cols, ", ") + ") SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")"
-	_, err := t.exec(ctx, q, args...)
+	if len(inserts) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for i, ins := range inserts[:len(inserts)-1] {
+		if i == 0 {
+			b.WriteString("WITH ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "i%d AS (%s) ", i, ins)
+	}
+	b.WriteString(inserts[len(inserts)-1])
+	_, err := t.exec(ctx, b.String(), args...)
 	return err
 }
 

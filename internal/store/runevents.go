@@ -61,7 +61,7 @@ func (t *txn) flushEvents(ctx context.Context) error {
 		rows[i] = []any{ev.RunID, nullString(ev.JobID), ms(t.now), ev.Type, ev.Detail}
 	}
 	t.events = t.events[:0]
-	if err := t.insertRows(ctx, runEventsTable, rows); err != nil {
+	if err := t.insertRows(ctx, tableRows{runEventsTable, rows}); err != nil {
 		return fmt.Errorf("record run events: %w", err)
 	}
 	return nil
