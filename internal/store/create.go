@@ -189,9 +189,9 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		approval_reason)
 		VALUES (?, `+t.db.dialect.nextRunNumber()+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) RETURNING number`,
 		append(withArgs, runID, nr.Source, nr.Repository, nr.Workflow, nr.WorkflowFile, nr.WorkflowHash,
-		jsonText(nr.Event, "{}"), jsonText(nr.Inputs, "{}"), jsonText(nr.Trace, "[]"), nr.Ref, nr.SHA,
-		deadline, nullString(nr.ParentRunID), nullString(nr.RerunOf), deliveryID, now, now,
-		nullString(nr.Hold))...).Scan(&out.Number)
+			jsonText(nr.Event, "{}"), jsonText(nr.Inputs, "{}"), jsonText(nr.Trace, "[]"), nr.Ref, nr.SHA,
+			deadline, nullString(nr.ParentRunID), nullString(nr.RerunOf), deliveryID, now, now,
+			nullString(nr.Hold))...).Scan(&out.Number)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}
