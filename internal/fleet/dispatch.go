@@ -507,8 +507,14 @@ func (d *dispatcher) deliver(ctx context.Context, a *agent, c store.Claimed) {
 	woke, ok := d.wokeAt[c.JobID]
 	delete(d.wokeAt, c.JobID)
 	d.mu.Unlock()
+	if !ok {
+		// Claimed before its wake reached this dispatcher (released and
+		// claimed in one commit, queued by another coordinator, or a pass
+		// that ran first): from its stored queue time, to the millisecond.
+		woke, ok = c.QueuedAt, !c.QueuedAt.IsZero()
+	}
 	if ok {
-		f.stats.dispatchLatency.observe(now.Sub(woke))
+		f.stats.dispatchLatency.observe(max(0, now.Sub(woke)))
 	}
 	if cancel != nil && cancel.LeaseEpoch == c.Epoch {
 		_ = a.c.send(cancel)

@@ -34,6 +34,9 @@ type Claimed struct {
 	AckDeadline time.Time
 	// RunStarted: this claim moved the job's run from pending to running.
 	RunStarted bool
+	// QueuedAt is when the job entered the queue (the clock of the server
+	// that queued it, to the millisecond).
+	QueuedAt time.Time
 }
 
 // distinctKeysSQL reads the distinct queued keys by skip-scanning the
@@ -265,10 +268,11 @@ func scanClaimed(rows *sql.Rows, err error) ([]Claimed, error) {
 	for rows.Next() {
 		var c Claimed
 		var spec, key string
-		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key); err != nil {
+		var queued sql.NullInt64
+		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued); err != nil {
 			return nil, err
 		}
-		c.Spec, c.Requirement = json.RawMessage(spec), KeyRequirement(key)
+		c.Spec, c.Requirement, c.QueuedAt = json.RawMessage(spec), KeyRequirement(key), fromMS(queued)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

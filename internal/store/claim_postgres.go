@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -65,13 +66,13 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	args = append(args, rn, ask, agent)
 	b.WriteString("UPDATE jobs j SET " + claimSet("j.", "who.agent") + ` FROM pick JOIN who ON who.rn = pick.rn
 		WHERE j.id = pick.id AND j.status = 'queued'
-		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, who.ask, who.agent),
+		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, j.queued_at, who.ask, who.agent),
 		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
 		WHERE r.id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM claimed) AND status = 'pending' FOR UPDATE SKIP LOCKED)
 		RETURNING r.id),
 		ev AS (INSERT INTO run_events (run_id, job_id, at, type, detail)
 		SELECT run_id, id, ?, '` + EventDispatched + `', 'attempt ' || attempts || ' sent to agent ' || agent FROM claimed)
-		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, c.ask, s.id IS NOT NULL
+		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, c.queued_at, c.ask, s.id IS NOT NULL
 		FROM claimed c LEFT JOIN started s ON s.id = c.run_id`)
 	args = append(args, now, ack, now, now, now, now, now)
 	rows, err := q.query(ctx, b.String(), args...)
@@ -86,9 +87,11 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 		var spec, key string
 		var ask int
 		var runStarted bool
-		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &ask, &runStarted); err != nil {
+		var queued sql.NullInt64
+		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued, &ask, &runStarted); err != nil {
 			return nil, err
 		}
+		c.QueuedAt = fromMS(queued)
 		c.Spec, c.Requirement = json.RawMessage(spec), KeyRequirement(key)
 		c.AckDeadline = time.UnixMilli(ack).UTC()
 		if runStarted && !seen[c.RunID] {

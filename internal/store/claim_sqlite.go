@@ -23,7 +23,7 @@ func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slo
 	}
 	args = append(args, slots)
 	q := "UPDATE jobs SET " + claimSet("", "?") + " WHERE status = 'queued' AND id IN (" +
-		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key"
+		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at"
 	out, err := scanClaimed(t.query(ctx, q, args...))
 	if err != nil || len(out) == 0 {
 		return out, err

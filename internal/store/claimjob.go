@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -32,9 +33,10 @@ func (q Queue) ClaimJob(ctx context.Context, agentID string, agent kiln.AgentLab
 		now, ack := ms(t.now), ms(t.now.Add(t.db.cfg.AckTimeout))
 		var c Claimed
 		var spec string
+		var queued sql.NullInt64
 		err = t.queryRow(ctx, "UPDATE jobs SET "+claimSet("", "?")+` WHERE id = ? AND status = 'queued' AND stop = 0
-			AND (expires_at IS NULL OR expires_at > ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key`,
-			agentID, now, ack, now, now, jobID, now).Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key)
+			AND (expires_at IS NULL OR expires_at > ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at`,
+			agentID, now, ack, now, now, jobID, now).Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued)
 		if isNoRows(err) {
 			return nil
 		}
@@ -42,6 +44,7 @@ func (q Queue) ClaimJob(ctx context.Context, agentID string, agent kiln.AgentLab
 			return fmt.Errorf("claim job: %w", err)
 		}
 		c.Spec, c.Requirement, c.AckDeadline = json.RawMessage(spec), KeyRequirement(key), time.UnixMilli(ack).UTC()
+		c.QueuedAt = fromMS(queued)
 		t.event(c.RunID, c.JobID, EventDispatched, dispatchDetail(c.Attempt, agentID))
 		// The caller reports the run's start (RunStarted), as for Claim.
 		var id string

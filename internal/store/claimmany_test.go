@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/store"
@@ -115,4 +116,40 @@ func TestReleaseWritesEachJobsOwnSpec(t *testing.T) {
 			}
 		}
 	}, storetest.ReleaseWith(render))
+}
+
+// A claim says when each job entered the queue, whichever way it is
+// claimed, so the fleet times a dispatch it never saw queued.
+func TestClaimsReturnTheQueueTime(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		queued := clock.Now().Truncate(time.Millisecond)
+		cr := mustCreate(t, db, newRun(job("a"), job("b"), job("c"), job("d")))
+		clock.Advance(3 * time.Second)
+		check := func(how string, cs []store.Claimed, err error) {
+			t.Helper()
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("%s: %+v %v", how, cs, err)
+			}
+			if !cs[0].QueuedAt.Equal(queued) {
+				t.Fatalf("%s: queued at %v, want %v", how, cs[0].QueuedAt, queued)
+			}
+		}
+		cs, err := db.Queue().Claim(ctx, "agent-1", linux, 1)
+		check("Claim", cs, err)
+		got, err := db.Queue().ClaimFor(ctx, []store.ClaimAsk{{AgentID: "agent-2", Labels: linux, Slots: 1}})
+		if err == nil && len(got) != 1 {
+			t.Fatalf("ClaimFor: %+v", got)
+		}
+		check("ClaimFor", got[0], err)
+		err = db.Update(ctx, func(tx *store.Tx) error {
+			got, err = tx.Queue().ClaimFor(ctx, []store.ClaimAsk{{AgentID: "agent-3", Labels: linux, Slots: 1}})
+			return err
+		})
+		check("ClaimFor in a transaction", got[0], err)
+		c, err := db.Queue().ClaimJob(ctx, "agent-4", linux, cr.Jobs["d"])
+		if err != nil || c == nil {
+			t.Fatalf("ClaimJob: %+v %v", c, err)
+		}
+		check("ClaimJob", []store.Claimed{*c}, nil)
+	})
 }
