@@ -30,13 +30,10 @@ type claimAsk struct {
 // The statement also records each claim on its run's timeline (the ev
 // insert): no statement of its own, no round trip more. Inside a
 // transaction, the events recorded before it are written first, so the
-// timeline keeps their order (a job released and claimed in one commit).
+// timeline keeps their order (a job released and claimed in one commit):
+// by the same statement too (fl), whose rows ev waits for (the count is
+// computed once, before ev's first row), so they get the smaller ids.
 func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
-	if t, ok := q.(*txn); ok {
-		if err := t.flushEvents(ctx); err != nil {
-			return nil, err
-		}
-	}
 	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
 	total := 0
 	for _, a := range asks {
@@ -45,6 +42,16 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	var b strings.Builder
 	var args []any
 	b.WriteString("WITH ")
+	after := ""
+	if t, ok := q.(*txn); ok && len(t.events) > 0 {
+		ins, insArgs, err := unnestInsert(t.takeEvents())
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString("fl AS (" + ins + " RETURNING 1), ")
+		args = append(args, insArgs...)
+		after = " WHERE (SELECT count(*) FROM fl) >= 0"
+	}
 	picks := make([]string, len(keys))
 	for i, k := range keys {
 		fmt.Fprintf(&b, "c%d AS (%s FOR UPDATE SKIP LOCKED), ", i, claimBranchPostgres)
@@ -71,7 +78,7 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 		WHERE r.id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM claimed) AND status = 'pending' FOR UPDATE SKIP LOCKED)
 		RETURNING r.id),
 		ev AS (INSERT INTO run_events (run_id, job_id, at, type, detail)
-		SELECT run_id, id, ?, '` + EventDispatched + `', 'attempt ' || attempts || ' sent to agent ' || agent FROM claimed)
+		SELECT run_id, id, ?, '` + EventDispatched + `', 'attempt ' || attempts || ' sent to agent ' || agent FROM claimed` + after + `)
 		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, c.queued_at, c.ask, s.id IS NOT NULL
 		FROM claimed c LEFT JOIN started s ON s.id = c.run_id`)
 	args = append(args, now, ack, now, now, now, now, now)

@@ -91,23 +91,11 @@ func (t *txn) insertUnnest(ctx context.Context, sets []tableRows) error {
 		if len(set.rows) == 0 {
 			continue
 		}
-		tbl := set.tbl
-		arrays := make([]string, len(tbl.cols))
-		for c, typ := range tbl.types {
-			arrays[c] = "?::" + typ + "[]"
-			var col any
-			var err error
-			if typ == "bigint" {
-				col, err = column(set.rows, c, asInt64)
-			} else {
-				col, err = column(set.rows, c, asString)
-			}
-			if err != nil {
-				return fmt.Errorf("insert into %s: column %s: %w", tbl.name, tbl.cols[c], err)
-			}
-			args = append(args, col)
+		ins, insArgs, err := unnestInsert(set)
+		if err != nil {
+			return err
 		}
-		inserts = append(inserts, "INSERT INTO "+tbl.name+" ("+strings.Join(tbl.cols, ", ")+") SELECT * FROM unnest("+strings.Join(arrays, ", ")+")")
+		inserts, args = append(inserts, ins), append(args, insArgs...)
 	}
 	if len(inserts) == 0 {
 		return nil
@@ -124,6 +112,26 @@ func (t *txn) insertUnnest(ctx context.Context, sets []tableRows) error {
 	b.WriteString(inserts[len(inserts)-1])
 	_, err := t.exec(ctx, b.String(), args...)
 	return err
+}
+
+// unnestInsert is PostgreSQL's INSERT of set's rows, one array per column.
+func unnestInsert(set tableRows) (string, []any, error) {
+	tbl := set.tbl
+	arrays := make([]string, len(tbl.cols))
+	args := make([]any, len(tbl.cols))
+	for c, typ := range tbl.types {
+		arrays[c] = "?::" + typ + "[]"
+		var err error
+		if typ == "bigint" {
+			args[c], err = column(set.rows, c, asInt64)
+		} else {
+			args[c], err = column(set.rows, c, asString)
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("insert into %s: column %s: %w", tbl.name, tbl.cols[c], err)
+		}
+	}
+	return "INSERT INTO " + tbl.name + " (" + strings.Join(tbl.cols, ", ") + ") SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")", args, nil
 }
 
 // column gathers column c of rows, NULL as nil.

@@ -56,15 +56,21 @@ func (t *txn) flushEvents(ctx context.Context) error {
 	if len(t.events) == 0 {
 		return nil
 	}
+	if err := t.insertRows(ctx, t.takeEvents()); err != nil {
+		return fmt.Errorf("record run events: %w", err)
+	}
+	return nil
+}
+
+// takeEvents returns the events recorded so far as rows to insert, and
+// forgets them.
+func (t *txn) takeEvents() tableRows {
 	rows := make([][]any, len(t.events))
 	for i, ev := range t.events {
 		rows[i] = []any{ev.RunID, nullString(ev.JobID), ms(t.now), ev.Type, ev.Detail}
 	}
 	t.events = t.events[:0]
-	if err := t.insertRows(ctx, tableRows{runEventsTable, rows}); err != nil {
-		return fmt.Errorf("record run events: %w", err)
-	}
-	return nil
+	return tableRows{runEventsTable, rows}
 }
 
 // describeKey says in words which agents a queue key asks for.
