@@ -259,27 +259,33 @@ const claimBranch = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key =
 const claimBranchPostgres = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key = ? AND stop = 0
 	AND (expires_at IS NULL OR expires_at > ?) ORDER BY (id || '') LIMIT ?`
 
-func scanClaimed(rows *sql.Rows, err error) ([]Claimed, error) {
+// scanClaimedRuns reads a claim's rows, each ending with whether its run
+// is still pending; pending holds the runs that are.
+func scanClaimedRuns(rows *sql.Rows, err error) (out []Claimed, pending map[string]bool, _ error) {
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, nil, fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
-	var out []Claimed
+	pending = map[string]bool{}
 	for rows.Next() {
 		var c Claimed
 		var spec, key string
 		var queued sql.NullInt64
-		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued); err != nil {
-			return nil, err
+		var runPending bool
+		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued, &runPending); err != nil {
+			return nil, nil, err
 		}
 		c.Spec, c.Requirement, c.QueuedAt = json.RawMessage(spec), KeyRequirement(key), fromMS(queued)
+		if runPending {
+			pending[c.RunID] = true
+		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, nil, fmt.Errorf("claim: %w", err)
 	}
 	sortClaimed(out)
-	return out, nil
+	return out, pending, nil
 }
 
 // dispatchDetail is a claim's timeline entry (claimPostgres writes the

@@ -22,9 +22,13 @@ func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slo
 		args = append(args, k, now, slots)
 	}
 	args = append(args, slots)
+	// Each claimed job comes back with its run's status, so the runs this
+	// claim starts are updated only when there are some (usually none: a
+	// run starts with its first claim).
 	q := "UPDATE jobs SET " + claimSet("", "?") + " WHERE status = 'queued' AND id IN (" +
-		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at"
-	out, err := scanClaimed(t.query(ctx, q, args...))
+		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at, " +
+		"(SELECT status = 'pending' FROM runs WHERE runs.id = jobs.run_id)"
+	out, pending, err := scanClaimedRuns(t.query(ctx, q, args...))
 	if err != nil || len(out) == 0 {
 		return out, err
 	}
@@ -33,12 +37,14 @@ func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slo
 	for i := range out {
 		out[i].AckDeadline = time.UnixMilli(ack).UTC()
 		t.event(out[i].RunID, out[i].JobID, EventDispatched, dispatchDetail(out[i].Attempt, agentID))
-		if !runs[out[i].RunID] {
+		if pending[out[i].RunID] && !runs[out[i].RunID] {
 			runs[out[i].RunID] = true
 			runIDs = append(runIDs, out[i].RunID)
 		}
 	}
-	// The runs this claim starts (usually none: one statement, no rows).
+	if len(runIDs) == 0 {
+		return out, nil
+	}
 	rows, err := t.query(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
 		WHERE id IN (`+marks(len(runIDs))+`) AND status = 'pending' RETURNING id, number`, append([]any{now, now}, runIDs...)...)
 	if err != nil {
