@@ -73,3 +73,48 @@ func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentSweepUsesTheAgentIndex: an agent's registration reads the jobs
+// it held through jobs_agent, not by walking every job of the active runs
+// (a reconnect storm pays this read once per agent, in the committer).
+func TestAgentSweepUsesTheAgentIndex(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		for r := 0; r < 5; r++ {
+			var jobs []store.NewJob
+			for i := 0; i < 200; i++ {
+				jobs = append(jobs, job(fmt.Sprintf("j%d", i)))
+			}
+			mustCreate(t, db, newRun(jobs...))
+		}
+		if _, err := db.Queue().Claim(ctx, "agent-1", linux, 3); err != nil {
+			t.Fatal(err)
+		}
+		q, explain := store.AgentHoldsSQL(), "EXPLAIN QUERY PLAN "
+		if db.Dialect() == "postgres" {
+			q, explain = strings.Replace(q, "?", "$1", 1), "EXPLAIN "
+			if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := db.SQL().QueryContext(ctx, explain+q, "agent-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		var plan strings.Builder
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			for i := range vals {
+				vals[i] = new(any)
+			}
+			if err := rows.Scan(vals...); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(&plan, *(vals[len(vals)-1].(*any)))
+		}
+		if !strings.Contains(plan.String(), "jobs_agent") {
+			t.Fatalf("the agent's sweep does not read jobs_agent:\n%s", plan.String())
+		}
+	})
+}

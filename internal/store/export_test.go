@@ -6,6 +6,10 @@ import "context"
 // plan test in package store_test.
 const ClaimBranchPostgres = claimBranchPostgres
 
+// AgentHoldsSQL is the read of the jobs an agent holds (Queue.AgentLost),
+// for the plan test in package store_test.
+func AgentHoldsSQL() string { return "SELECT " + candidateCols + " FROM jobs WHERE " + agentHolds }
+
 // SetQueryOnly makes SQLite's writer connection refuse writes (PRAGMA
 // query_only), as a database on a full or read-only disk does.
 func SetQueryOnly(db *DB, on bool) error {

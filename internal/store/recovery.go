@@ -35,6 +35,10 @@ type SweepResult struct {
 // unfinished run, and there is no index on jobs by agent.
 const inActiveRuns = "run_id IN (SELECT id FROM runs WHERE status IN ('pending', 'running', 'cancelling'))"
 
+// agentHolds selects the jobs an agent holds (one parameter: its id),
+// through the index jobs_agent.
+var agentHolds = inActiveRuns + " AND agent_id = ? AND status IN (" + statusList(held) + ")"
+
 // Requeue puts a dispatched job back in the queue because its agent rejected
 // it (busy, draining), as runrules.Requeued decides: queued again, or failed
 // once it used MaxAttempts dispatches, or cancelled if a stop mark reached it
@@ -98,7 +102,7 @@ func (q Queue) AgentLost(ctx context.Context, agentID string) (SweepResult, erro
 	var res SweepResult
 	eff, err := q.h.op(ctx, func(t *txn) error {
 		res = SweepResult{}
-		cs, ids, err := t.candidates(ctx, inActiveRuns+" AND agent_id = ? AND status IN ("+statusList(held)+")", agentID)
+		cs, ids, err := t.candidates(ctx, agentHolds, agentID)
 		if err != nil || len(cs) == 0 {
 			return err
 		}
