@@ -332,25 +332,31 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 		ops[i].claimed = nil // the transaction may be run again
 		effects[i] = store.Effects{}
 	}
-	// The settle's check, one read for the batch: a success whose job has
+	// The settle's check rides in the store's batch (one read for all,
+	// in the statement locking their runs): a success whose job has
 	// uploads in flight is left out (its caller waits and hands it in
 	// again), with its log index and its next claim.
-	unsettled, err := cm.unsettled(ctx, tx, ops[:n])
+	cs := make([]store.Completion, n)
+	for i, o := range ops[:n] {
+		cs[i] = *o.complete
+		cs[i].Settle = o.settle
+	}
+	errs, eff, err := tx.Jobs().CompleteBatch(ctx, cs)
 	if err != nil {
 		return 0, err
 	}
-	var cs []store.Completion
-	var at []int // ops index of each of cs
+	var at []int // the completions not left out to settle
 	var chunks []store.Chunk
-	for i, o := range ops[:n] {
-		if unsettled[o.complete.JobID] && o.settle {
+	for i, e := range errs {
+		results[i] = e
+		if errors.Is(e, store.ErrUnsettled) {
 			results[i] = errUnsettled
 			continue
 		}
-		cs, at = append(cs, *o.complete), append(at, i)
-		chunks = append(chunks, o.chunks...)
+		at = append(at, i)
+		chunks = append(chunks, ops[i].chunks...)
 	}
-	if len(cs) == 0 {
+	if len(at) == 0 {
 		return n, nil
 	}
 	if len(chunks) > 0 {
@@ -363,21 +369,14 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 			cm.log("fleet: a log chunk was not indexed", "err", err)
 		}
 	}
-	errs, eff, err := tx.Jobs().CompleteBatch(ctx, cs)
-	if err != nil {
-		return 0, err
-	}
-	for k, i := range at {
-		results[i] = errs[k]
-	}
 	// Complete-and-claim: the agents whose completions stand take their
 	// next jobs in this transaction, one commit for both, and agents
 	// accepting the same work share the claim's statement. The claim sees
 	// the jobs these completions released.
 	var asks []store.ClaimAsk
 	var askers []*op
-	for k, i := range at {
-		if o := ops[i]; o.next != nil && errs[k] == nil {
+	for _, i := range at {
+		if o := ops[i]; o.next != nil && errs[i] == nil {
 			asks, askers = append(asks, *o.next), append(askers, o)
 		}
 	}
@@ -397,16 +396,4 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 	}
 	effects[at[0]] = eff
 	return n, nil
-}
-
-// unsettled reads which of the completions asking to settle have uploads
-// in flight.
-func (cm *committer) unsettled(ctx context.Context, tx *store.Tx, ops []*op) (map[string]bool, error) {
-	var ids []string
-	for _, o := range ops {
-		if o.settle {
-			ids = append(ids, o.complete.JobID)
-		}
-	}
-	return tx.Uploads().InFlightAmong(ctx, ids)
 }

@@ -16,6 +16,10 @@ type dialect interface {
 	// lockRuns and lockRunsOfJobs serialize job changes per run.
 	lockRuns(ctx context.Context, t *txn, runIDs []string) error
 	lockRunsOfJobs(ctx context.Context, t *txn, jobIDs []string) error
+	// settleLock is lockRunsOfJobs that also reports which of settle have
+	// uploads in flight (a completion's settle, B217): on PostgreSQL in the
+	// same statement, one round trip for both.
+	settleLock(ctx context.Context, t *txn, jobIDs, settle []string) (map[string]bool, error)
 	// nextRunNumber is the SQL expression of the next run number.
 	nextRunNumber() string
 	// oneOf is the condition "col is one of vals" and its arguments;

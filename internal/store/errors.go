@@ -19,6 +19,9 @@ var (
 	// no longer the job's (it was requeued, recovered or finished since).
 	// Nothing was changed; the agent's update is to be dropped.
 	ErrStaleLease = errors.New("stale lease")
+	// ErrUnsettled: a completion asked to settle (Completion.Settle) found
+	// its job's uploads in flight; nothing was stored.
+	ErrUnsettled = errors.New("uploads in flight")
 	// ErrUnauthorized: a token is unknown, revoked, expired or consumed.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrInvalid: the input is malformed.
@@ -43,7 +46,7 @@ func newError(sentinel error, format string, args ...any) error {
 	switch sentinel {
 	case ErrNotFound:
 		code = kiln.CodeNotFound
-	case ErrConflict, ErrStaleLease, ErrAgentIDBound:
+	case ErrConflict, ErrStaleLease, ErrAgentIDBound, ErrUnsettled:
 		code = kiln.CodeConflict
 	case ErrUnauthorized:
 		code = kiln.CodeUnauthorized
@@ -56,6 +59,9 @@ func newError(sentinel error, format string, args ...any) error {
 func notFound(format string, args ...any) error { return newError(ErrNotFound, format, args...) }
 func conflict(format string, args ...any) error { return newError(ErrConflict, format, args...) }
 func invalid(format string, args ...any) error  { return newError(ErrInvalid, format, args...) }
+func unsettledErr(jobID string) error {
+	return newError(ErrUnsettled, "job %s has uploads in flight; its completion waits for them", jobID)
+}
 func staleLease(format string, args ...any) error {
 	return newError(ErrStaleLease, format, args...)
 }

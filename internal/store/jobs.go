@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/kilnci/kiln"
 )
@@ -78,6 +79,10 @@ type Completion struct {
 	Status  kiln.JobStatus // success, failed or cancelled
 	Error   string
 	Outputs map[string]string
+	// Settle: when the job has uploads in flight, store nothing and answer
+	// ErrUnsettled (the caller waits for them, B217, and hands the
+	// completion in again).
+	Settle bool
 }
 
 // Complete ends a job under its lease and, in the same transaction, applies
@@ -128,14 +133,28 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 	}
 	eff, err = j.h.op(ctx, func(t *txn) error {
 		ids := make([]string, 0, len(cs))
+		var settle []string
 		for _, c := range cs {
 			ids = append(ids, c.JobID)
+			if c.Settle {
+				settle = append(settle, c.JobID)
+			}
 		}
-		if err := t.lockRunsOfJobs(ctx, ids); err != nil {
+		unsettled, err := t.db.dialect.settleLock(ctx, t, ids, settle)
+		if err != nil {
 			return err
 		}
 		for _, g := range order {
 			items := groups[g]
+			if len(unsettled) > 0 {
+				items = slices.DeleteFunc(slices.Clone(items), func(i int) bool {
+					if cs[i].Settle && unsettled[cs[i].JobID] {
+						errs[i] = unsettledErr(cs[i].JobID)
+						return true
+					}
+					return false
+				})
+			}
 			for start := 0; start < len(items); start += 250 {
 				chunk := items[start:min(start+250, len(items))]
 				ids := make([]string, len(chunk))

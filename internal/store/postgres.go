@@ -65,6 +65,32 @@ func (postgresDialect) lockRunsOfJobs(ctx context.Context, t *txn, jobIDs []stri
 	return nil
 }
 
+func (d postgresDialect) settleLock(ctx context.Context, t *txn, jobIDs, settle []string) (map[string]bool, error) {
+	if len(settle) == 0 {
+		return nil, d.lockRunsOfJobs(ctx, t, jobIDs)
+	}
+	rows, err := t.query(ctx, "SELECT 'run', s.id FROM (SELECT * FROM (SELECT DISTINCT run_id, hashtextextended(run_id, 0) AS k "+
+		"FROM jobs WHERE id = ANY(?::text[])) r(id, k) ORDER BY k OFFSET 0) s CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(s.k)) l "+
+		"UNION ALL SELECT DISTINCT 'upload', job_id FROM uploads_in_flight WHERE job_id = ANY(?::text[])", jobIDs, settle)
+	if err != nil {
+		return nil, fmt.Errorf("lock runs: %w", err)
+	}
+	defer rows.Close()
+	inFlight := map[string]bool{}
+	for rows.Next() {
+		var what, id string
+		if err := rows.Scan(&what, &id); err != nil {
+			return nil, err
+		}
+		if what == "run" {
+			t.locked[id] = true
+		} else {
+			inFlight[id] = true
+		}
+	}
+	return inFlight, rows.Err()
+}
+
 // pgLock takes the advisory locks of the (id, k) rows inner selects, in k
 // order.
 func pgLock(ctx context.Context, t *txn, inner string, args []any) error {
