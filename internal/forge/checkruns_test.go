@@ -154,10 +154,13 @@ func TestRefusedCheckRunFallsBackToACommitStatus(t *testing.T) {
 	})
 	go func() { _ = rep.Run(t.Context()) }()
 	rep.Report("gh", fakeRepo, shaA, checkUpdate(StatePending, &CheckRun{ExternalID: "run-1", Status: CheckQueued}))
+	// The reporter counts the post after the fake server has it: wait for
+	// the count too.
 	waittest.UntilState(t, 10*time.Second, "a fallback status", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(reasons) == 1 && len(gh.Statuses()) == 1, fmt.Sprint(reasons, gh.Statuses())
+		s := rep.Stats()
+		return len(reasons) == 1 && len(gh.Statuses()) == 1 && s.Posted == 1, fmt.Sprint(reasons, gh.Statuses(), s)
 	})
 	if st := gh.Statuses()[0]; st.State != "pending" || st.Context != "kiln/ci (push)" || st.TargetURL != "https://kiln.example/runs/7" {
 		t.Errorf("fallback status %+v", st)
