@@ -25,9 +25,9 @@ type dialect interface {
 	// oneOf is the condition "col is one of vals" and its arguments;
 	// pairOf is "(a, b) is one of the pairs (as[i], bs[i])".
 	oneOf(col string, vals []string) (string, []any)
+	pairOf(a, b string, as []string, bs []int64) (string, []any)
 	// writesInWith: INSERT, UPDATE and DELETE may stand in a WITH clause.
 	writesInWith() bool
-	pairOf(a, b string, as []string, bs []int64) (string, []any)
 }
 
 // A batch's statements name its jobs, and their number changes from one

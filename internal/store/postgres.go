@@ -50,64 +50,55 @@ func (postgresDialect) lockRuns(ctx context.Context, t *txn, ids []string) error
 	if len(need) == 0 {
 		return nil
 	}
-	return pgLock(ctx, t, "SELECT id, hashtextextended(id, 0) AS k FROM runs WHERE id = ANY(?::text[])", []any{need})
+	_, err := pgLock(ctx, t, "SELECT id, hashtextextended(id, 0) AS k FROM runs WHERE id = ANY(?::text[])", []any{need}, "")
+	return err
 }
+
+// runsOfJobs are the (id, k) rows of the runs of some jobs, for pgLock.
+const runsOfJobs = "SELECT DISTINCT run_id, hashtextextended(run_id, 0) AS k FROM jobs WHERE id = ANY(?::text[])"
 
 // lockRunsOfJobs locks the runs of jobs in one round trip.
 func (postgresDialect) lockRunsOfJobs(ctx context.Context, t *txn, jobIDs []string) error {
-	for start := 0; start < len(jobIDs); start += 500 {
-		ids := jobIDs[start:min(start+500, len(jobIDs))]
-		q := "SELECT DISTINCT run_id, hashtextextended(run_id, 0) AS k FROM jobs WHERE id = ANY(?::text[])"
-		if err := pgLock(ctx, t, q, []any{ids}); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := pgLock(ctx, t, runsOfJobs, []any{jobIDs}, "")
+	return err
 }
 
-func (d postgresDialect) settleLock(ctx context.Context, t *txn, jobIDs, settle []string) (map[string]bool, error) {
+func (postgresDialect) settleLock(ctx context.Context, t *txn, jobIDs, settle []string) (map[string]bool, error) {
 	if len(settle) == 0 {
-		return nil, d.lockRunsOfJobs(ctx, t, jobIDs)
+		return pgLock(ctx, t, runsOfJobs, []any{jobIDs}, "")
 	}
-	rows, err := t.query(ctx, "SELECT 'run', s.id FROM (SELECT * FROM (SELECT DISTINCT run_id, hashtextextended(run_id, 0) AS k "+
-		"FROM jobs WHERE id = ANY(?::text[])) r(id, k) ORDER BY k OFFSET 0) s CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(s.k)) l "+
-		"UNION ALL SELECT DISTINCT 'upload', job_id FROM uploads_in_flight WHERE job_id = ANY(?::text[])", jobIDs, settle)
+	return pgLock(ctx, t, runsOfJobs, []any{jobIDs, settle}, "SELECT DISTINCT job_id FROM uploads_in_flight WHERE job_id = ANY(?::text[])")
+}
+
+// pgLock takes the advisory locks of the (id, k) rows inner selects, in k
+// order. also, when set, is a query of ids run in the same statement (one
+// round trip for both; args hold its arguments after inner's), and its ids
+// are returned.
+func pgLock(ctx context.Context, t *txn, inner string, args []any, also string) (map[string]bool, error) {
+	q := "SELECT true, s.id FROM (SELECT * FROM (" + inner + ") r(id, k) ORDER BY k OFFSET 0) s " +
+		"CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(s.k)) l"
+	if also != "" {
+		q += " UNION ALL SELECT false, id FROM (" + also + ") a(id)"
+	}
+	rows, err := t.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock runs: %w", err)
 	}
 	defer rows.Close()
-	inFlight := map[string]bool{}
+	found := map[string]bool{}
 	for rows.Next() {
-		var what, id string
-		if err := rows.Scan(&what, &id); err != nil {
+		var locked bool
+		var id string
+		if err := rows.Scan(&locked, &id); err != nil {
 			return nil, err
 		}
-		if what == "run" {
+		if locked {
 			t.locked[id] = true
 		} else {
-			inFlight[id] = true
+			found[id] = true
 		}
 	}
-	return inFlight, rows.Err()
-}
-
-// pgLock takes the advisory locks of the (id, k) rows inner selects, in k
-// order.
-func pgLock(ctx context.Context, t *txn, inner string, args []any) error {
-	rows, err := t.query(ctx, "SELECT s.id FROM (SELECT * FROM ("+inner+") r(id, k) ORDER BY k OFFSET 0) s "+
-		"CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(s.k)) l", args...)
-	if err != nil {
-		return fmt.Errorf("lock runs: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		t.locked[id] = true
-	}
-	return rows.Err()
+	return found, rows.Err()
 }
 
 func (postgresDialect) nextRunNumber() string { return "nextval('run_numbers')" }
