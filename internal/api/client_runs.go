@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/kilnci/kiln"
 )
 
@@ -153,8 +152,8 @@ func readLines(ctx context.Context, br *bufio.Reader, fn func(LogLine) error) er
 			}
 			return kiln.Errorf(kiln.CodeUnavailable, "the log stream was cut before it ended")
 		}
-		var l LogLine
-		if err := gojson.Unmarshal(line, &l); err != nil {
+		l, err := decodeLogLine(line)
+		if err != nil {
 			return kiln.Errorf(kiln.CodeInternal, "the server sent a log line kiln cannot read: %v", err)
 		}
 		line = line[:0]

@@ -90,7 +90,11 @@ func FuzzLogStream(f *testing.F) {
 	f.Add("{\"seq\":1}\n{\"seq\":2")
 	f.Add("not json\n")
 	f.Add("")
+	f.Add("{\"job\":\"b\",\"job_id\":\"1\",\"attempt\":1,\"step\":-1,\"seq\":1,\"stream\":\"stdout\",\"text\":\"\\u001b\",\"time_ms\":3}\n")
 	f.Fuzz(func(t *testing.T, data string) {
+		for line := range strings.Lines(data) {
+			checkLogLineFastRoad(t, strings.TrimSuffix(line, "\n"))
+		}
 		n := 0
 		err := readLines(context.Background(), bufio.NewReader(strings.NewReader(data)), func(LogLine) error { n++; return nil })
 		if err != nil && kiln.ErrorMessage(err) == "" {

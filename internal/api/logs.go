@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/kilnci/kiln/internal/logstore"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -402,19 +400,15 @@ type lineWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
-	buf     bytes.Buffer
-	enc     *gojson.Encoder
+	buf     []byte
 	started bool
 }
 
 func newLineWriter(w http.ResponseWriter, cfg Config) *lineWriter {
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: cfg.LogWriteTimeout}
-	lw.enc = gojson.NewEncoder(&lw.buf)
-	lw.enc.SetEscapeHTML(false)
-	return lw
+	return &lineWriter{w: w, rc: http.NewResponseController(w), timeout: cfg.LogWriteTimeout}
 }
 
-func (lw *lineWriter) add(l LogLine) { _ = lw.enc.Encode(l) } // cannot fail for this type
+func (lw *lineWriter) add(l LogLine) { lw.buf = appendLogLine(lw.buf, &l) }
 
 func (lw *lineWriter) flush() error {
 	if !lw.started {
@@ -426,9 +420,9 @@ func (lw *lineWriter) flush() error {
 		lw.w.WriteHeader(http.StatusOK)
 	}
 	_ = lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout)) // not every writer supports deadlines
-	if lw.buf.Len() > 0 {
-		_, err := lw.w.Write(lw.buf.Bytes())
-		lw.buf.Reset()
+	if len(lw.buf) > 0 {
+		_, err := lw.w.Write(lw.buf)
+		lw.buf = lw.buf[:0]
 		if err != nil {
 			return errViewerGone
 		}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+
+	"github.com/kilnci/kiln/internal/jsonwire"
 )
 
 // The functions that turn data into text and back (toJSON, fromJSON, join)
@@ -211,7 +213,7 @@ func appendJSONIndent(b []byte, v any, depth, limit int) []byte {
 		b = appendIndent(b, depth+1)
 		elem := any(nil)
 		if k == vObject {
-			b = appendJSONString(b, keys[i])
+			b = jsonwire.AppendString(b, keys[i])
 			b = append(b, ": "...)
 			elem = objectGet(v, keys[i])
 		} else {

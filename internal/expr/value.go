@@ -6,7 +6,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/kilnci/kiln/internal/jsonwire"
 )
 
 // Values are JSON-shaped: nil, bool, float64, string, []any and
@@ -236,7 +237,7 @@ func appendJSON(b []byte, v any, depth, limit int) []byte {
 		}
 		return formatNumber(b, x)
 	case string:
-		return appendJSONString(b, x)
+		return jsonwire.AppendString(b, x)
 	}
 	switch kindOf(v) {
 	case vArray:
@@ -257,7 +258,7 @@ func appendJSON(b []byte, v any, depth, limit int) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = jsonwire.AppendString(b, k)
 			b = append(b, ':')
 			b = appendJSON(b, objectGet(v, k), depth+1, limit)
 			if len(b) > limit {
@@ -271,38 +272,4 @@ func appendJSON(b []byte, v any, depth, limit int) []byte {
 		return append(b, "null"...)
 	}
 	return append(b, j...)
-}
-
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }

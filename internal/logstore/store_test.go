@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	gojson "github.com/goccy/go-json"
 )
 
 func open(t *testing.T, maxOpen int) *Store {
@@ -205,12 +207,37 @@ func FuzzLineEncoding(f *testing.F) {
 	f.Add("\xff\"\\\n\u2028", uint64(99))
 	f.Fuzz(func(t *testing.T, text string, seq uint64) {
 		b := appendLine(nil, &Line{Seq: seq, Stream: "stdout", Text: text})
+		if _, ok := readLine(string(b[:len(b)-1])); !ok {
+			t.Fatalf("%q: a stored line missed the fast road", b)
+		}
 		l, err := decodeLine(b[:len(b)-1])
 		if err != nil {
 			t.Fatalf("%q: %v", text, err)
 		}
 		if l.Seq != seq || l.Text != perByteValid(text) {
 			t.Fatalf("%q: got %q", text, l.Text)
+		}
+	})
+}
+
+// FuzzStoredLineFastRoad: any line decodeLine reads by hand, the full
+// decoder reads the same way.
+func FuzzStoredLineFastRoad(f *testing.F) {
+	f.Add(`{"seq":1,"stream":"stdout","text":"a\u001b[0m\"","time_ms":5}`)
+	f.Add(`{"time_ms":-1,"text":"é\/","seq":18446744073709551615}`)
+	f.Add(`{"seq":1,"seq":2}`)
+	f.Add(`{"seq":1,"Text":"x"}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		l, ok := readLine(s)
+		if !ok {
+			return
+		}
+		var want Line
+		if err := gojson.Unmarshal([]byte(s), &want); err != nil {
+			t.Fatalf("%q: read by hand as %+v, refused by the decoder: %v", s, l, err)
+		}
+		if l != want {
+			t.Fatalf("%q: by hand %+v, decoder %+v", s, l, want)
 		}
 	})
 }

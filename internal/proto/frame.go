@@ -31,6 +31,13 @@ func (e *DecodeError) Error() string { return e.Code + ": " + e.Message }
 // Encode renders a message as a frame. seq must be set (≥ 1) for durable
 // message types and zero for the others.
 func Encode(seq uint64, m Message) ([]byte, error) {
+	if l, ok := m.(*Log); ok && seq > 0 {
+		out := appendLogFrame(make([]byte, 0, logFrameSize(l)), seq, l)
+		if len(out) > MaxFrameBytes {
+			return nil, fmt.Errorf("encode %s: frame of %d bytes exceeds %d", m.Type(), len(out), MaxFrameBytes)
+		}
+		return out, nil
+	}
 	data, err := gojson.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
@@ -54,6 +61,9 @@ func Decode(b []byte) (seq uint64, m Message, err error) {
 	if len(b) > MaxFrameBytes {
 		return 0, nil, &DecodeError{Code: ErrTooLarge, Message: fmt.Sprintf("frame of %d bytes exceeds %d", len(b), MaxFrameBytes)}
 	}
+	if seq, m, ok := readLogFrame(b); ok {
+		return checked(TypeLog, seq, m)
+	}
 	var f frame
 	if err := gojson.Unmarshal(b, &f); err != nil {
 		return 0, nil, invalidf("frame is not a JSON object with type, seq and data: %s", jsonProblem(err))
@@ -62,18 +72,23 @@ func Decode(b []byte) (seq uint64, m Message, err error) {
 	if m == nil {
 		return 0, nil, invalidf("unknown message type %.64q", f.Type)
 	}
-	if Durable(f.Type) && f.Seq == 0 {
-		return 0, nil, invalidf("%s frame has no seq", f.Type)
-	}
 	if len(f.Data) > 0 && !bytes.Equal(f.Data, []byte("null")) {
 		if err := gojson.Unmarshal(f.Data, m); err != nil {
 			return 0, nil, invalidf("%s data: %s", f.Type, jsonProblem(err))
 		}
 	}
+	return checked(f.Type, f.Seq, m)
+}
+
+// checked applies the rules every decoded frame must meet.
+func checked(typ string, seq uint64, m Message) (uint64, Message, error) {
+	if Durable(typ) && seq == 0 {
+		return 0, nil, invalidf("%s frame has no seq", typ)
+	}
 	if err := m.Validate(); err != nil {
 		return 0, nil, err
 	}
-	return f.Seq, m, nil
+	return seq, m, nil
 }
 
 // jsonProblem shortens a JSON error to what a peer needs, without echoing
