@@ -21,9 +21,10 @@ import (
 // conn is one agent connection. Its goroutine reads and handles frames in
 // order; any goroutine may write to it.
 type conn struct {
-	f  *Fleet
-	ws *websocket.Conn
-	id string
+	f   *Fleet
+	ws  *websocket.Conn
+	net *corkConn // under ws
+	id  string
 
 	// token is set once, under the registry's lock (authenticated); other
 	// goroutines read it under that lock.
@@ -86,7 +87,8 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	cw := &corkWriter{ResponseWriter: w, timeout: f.cfg.WriteTimeout}
+	ws, err := websocket.Accept(cw, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		slot.release()
 		f.handlers.Done()
@@ -99,7 +101,7 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		defer f.handlers.Done()
 		defer slot.release()
 		ws.SetReadLimit(MaxUnauthenticatedFrameBytes) // until it authenticates
-		c := &conn{f: f, ws: ws, id: uuid.NewString(), done: make(chan struct{}), unauth: slot}
+		c := &conn{f: f, ws: ws, net: cw.conn, id: uuid.NewString(), done: make(chan struct{}), unauth: slot}
 		c.lastSeen.Store(f.now().UnixNano())
 		f.reg.addConn(c)
 		f.stats.connects.Add(1)

@@ -20,6 +20,7 @@ import (
 // not be stored because the store failed is never acknowledged: the
 // connection closes (4006) and the agent replays it after reconnecting.
 func (c *conn) next() (closeCause, bool) {
+	defer c.net.uncork() // what a handler corked, with the ack
 	seq, m, cause, ok := c.decode()
 	if !ok {
 		return cause, false
@@ -220,6 +221,9 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
 			// and its scaler removes it.
 			_ = f.Drain(a.id)
 		case len(held) > 0:
+			// The next job and this frame's ack leave in one write:
+			// next uncorks after the ack.
+			c.net.cork()
 			f.disp.claimedOnCompletion(a, held, f.now().Sub(started))
 		case finished:
 			f.disp.agentFree(a)
