@@ -226,6 +226,20 @@ func (t *txn) exec(ctx context.Context, q string, args ...any) (sql.Result, erro
 	return res, t.db.dialect.wrap(err)
 }
 
+// execFixed is exec for a statement worth preparing however many
+// placeholders it has: one of a few fixed texts (see insertValues).
+func (t *txn) execFixed(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
+	if st := t.stmtAny(ctx, q, true); st != nil {
+		res, err := st.ExecContext(ctx, args...)
+		return res, t.db.dialect.wrap(err)
+	}
+	res, err := t.tx.ExecContext(ctx, t.db.bind(q), args...)
+	return res, t.db.dialect.wrap(err)
+}
+
 func (t *txn) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	if t.ctx != nil {
 		ctx = t.ctx
@@ -253,7 +267,10 @@ func (t *txn) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // costs about as much as running it there, and its one writer connection
 // keeps every cached statement hot. pgx already caches prepared statements
 // per PostgreSQL connection by SQL text.
-func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt {
+func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt { return t.stmtAny(ctx, q, false) }
+
+// stmtAny is stmt; fixed says q is worth preparing whatever its length.
+func (t *txn) stmtAny(ctx context.Context, q string, fixed bool) *sql.Stmt {
 	if t.db.dialect.name() != "sqlite" {
 		return nil
 	}
@@ -265,7 +282,7 @@ func (t *txn) stmt(ctx context.Context, q string) *sql.Stmt {
 	// long expanded IN list is not: its text varies with the list's
 	// length, and such variants would fill the cache before the fixed
 	// statements every job runs got their turn.
-	if t.db.nstmts.Load() < maxPrepared && strings.Count(q, "?") <= maxPreparedParams {
+	if t.db.nstmts.Load() < maxPrepared && (fixed || strings.Count(q, "?") <= maxPreparedParams) {
 		t.wanted = append(t.wanted, q)
 	}
 	return nil
