@@ -34,7 +34,7 @@ func (w *writeLog) Write(p []byte) (int, error) {
 }
 
 func (w *writeLog) SetWriteDeadline(time.Time) error { return nil }
-func (w *writeLog) Close() error                      { w.closed = true; return nil }
+func (w *writeLog) Close() error                     { w.closed = true; return nil }
 
 func (w *writeLog) got() []string {
 	w.mu.Lock()
