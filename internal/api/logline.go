@@ -9,13 +9,15 @@ import (
 )
 
 // A followed log is a stream of LogLines, a million a second across a busy
-// fleet's viewers: the server writes them by hand and the client reads them
-// by hand, with the full decoder for any line the fast road does not take.
-// The JSON is the same either way (TestLogLineCodec).
+// fleet's viewers. The server writes each as its step attempt's head
+// followed by the line as the log store keeps it — copied, not decoded and
+// encoded again — and the client reads them by hand, with the full decoder
+// for any line the fast road does not take. The JSON is a LogLine's either
+// way (TestLogLineCodec, TestStoredLogLineIsTheSameLine).
 
-// appendLogLine appends l as one NDJSON line, with the fields in LogLine's
-// order.
-func appendLogLine(b []byte, l *LogLine) []byte {
+// appendLogLineHead appends what precedes a LogLine's seq — the same for
+// every line of a step attempt — up to and including the comma.
+func appendLogLineHead(b []byte, l *LogLine) []byte {
 	b = append(b, `{"job":`...)
 	b = jsonwire.AppendString(b, l.Job)
 	b = append(b, `,"job_id":`...)
@@ -28,15 +30,17 @@ func appendLogLine(b []byte, l *LogLine) []byte {
 		b = append(b, `,"step_name":`...)
 		b = jsonwire.AppendString(b, l.StepName)
 	}
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, l.Seq, 10)
-	b = append(b, `,"stream":`...)
-	b = jsonwire.AppendString(b, l.Stream)
-	b = append(b, `,"text":`...)
-	b = jsonwire.AppendString(b, l.Text)
-	b = append(b, `,"time_ms":`...)
-	b = strconv.AppendInt(b, l.TimeMS, 10)
-	return append(b, "}\n"...)
+	return append(b, ',')
+}
+
+// appendStoredLogLine appends a LogLine made of a step attempt's head and a
+// line as the log store keeps it ({"seq":…,"stream":…,"text":…,"time_ms":…},
+// logstore.ReadJSON): the stored fields are LogLine's last four, in its
+// order, so the line is the head and the stored object after its brace.
+func appendStoredLogLine(b, head, stored []byte) []byte {
+	b = append(b, head...)
+	b = append(b, stored[1:]...)
+	return append(b, '\n')
 }
 
 // decodeLogLine reads one NDJSON line of a log stream.

@@ -1,11 +1,30 @@
 package api
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	gojson "github.com/goccy/go-json"
+
+	"github.com/kilnci/kiln/internal/jsonwire"
+	"github.com/kilnci/kiln/internal/logstore"
 )
+
+// appendLogLine is the oracle of the server's lines: l as one NDJSON
+// line, field by field, in LogLine's order.
+func appendLogLine(b []byte, l *LogLine) []byte {
+	b = appendLogLineHead(b, l)
+	b = append(b, `"seq":`...)
+	b = strconv.AppendUint(b, l.Seq, 10)
+	b = append(b, `,"stream":`...)
+	b = jsonwire.AppendString(b, l.Stream)
+	b = append(b, `,"text":`...)
+	b = jsonwire.AppendString(b, l.Text)
+	b = append(b, `,"time_ms":`...)
+	b = strconv.AppendInt(b, l.TimeMS, 10)
+	return append(b, "}\n"...)
+}
 
 // checkLogLineFastRoad: a line the client reads by hand, the full decoder
 // reads the same way.
@@ -54,6 +73,43 @@ func TestLogLineCodec(t *testing.T) {
 		}
 		if _, err := decodeLogLine([]byte(s)); err != nil {
 			t.Errorf("%s: %v", s, err)
+		}
+	}
+}
+
+// A line read back from the log store as stored JSON and written after its
+// step attempt's head is byte for byte the line written field by field.
+func TestStoredLogLineIsTheSameLine(t *testing.T) {
+	logs, err := logstore.Open(logstore.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	want := []LogLine{
+		{Job: "build", JobID: "j1", Attempt: 2, Step: 0, Seq: 1, Stream: "stdout", Text: "hello", TimeMS: 1764720000000},
+		{Job: "build", JobID: "j1", Attempt: 2, Step: 0, Seq: 2, Stream: "stderr",
+			Text: "\x1b[31mFAIL\x1b[0m <a href=\"x\">&</a>\t\\ é ✓ 🙂 \u2028", TimeMS: -1},
+		{Job: "build", JobID: "j1", Attempt: 2, Step: 0, Seq: 3, Stream: "stdout", Text: ""},
+	}
+	for _, named := range []string{"", "go test ./..."} {
+		ref := logstore.Ref{RunID: "r1", JobID: "j1", Epoch: 2, Step: len(named) % 7}
+		var stored []logstore.Line
+		for _, l := range want {
+			stored = append(stored, logstore.Line{Seq: l.Seq, Stream: l.Stream, Text: l.Text, TimeMS: l.TimeMS})
+		}
+		if _, err := logs.Append(ref, stored); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := logs.ReadJSON(ref, 0, 10)
+		if err != nil || len(raw) != len(want) {
+			t.Fatalf("read back %d lines, %v", len(raw), err)
+		}
+		for i, l := range want {
+			l.Step, l.StepName = ref.Step, named
+			head := appendLogLineHead(nil, &l)
+			if got, line := appendStoredLogLine(nil, head, raw[i].JSON), appendLogLine(nil, &l); string(got) != string(line) {
+				t.Errorf("stored:\n%s\nfield by field:\n%s", got, line)
+			}
 		}
 	}
 }

@@ -191,11 +191,11 @@ func (ls *logStream) catchUpRef(j *logJob, ref logstore.Ref) error {
 		if ls.remaining > 0 {
 			page = min(page, ls.remaining)
 		}
-		lines, err := ls.s.Logs.Read(ref, j.seqs[ref], page)
+		lines, err := ls.s.Logs.ReadJSON(ref, j.seqs[ref], page)
 		if err != nil {
 			return err
 		}
-		if err := ls.send(j, ref, lines); err != nil {
+		if err := ls.sendStored(j, ref, lines); err != nil {
 			return err
 		}
 		if len(lines) < page {
@@ -205,16 +205,19 @@ func (ls *logStream) catchUpRef(j *logJob, ref logstore.Ref) error {
 	return nil
 }
 
-// send writes lines of one step attempt past the last seq sent.
-func (ls *logStream) send(j *logJob, ref logstore.Ref, lines []logstore.Line) error {
+// sendStored writes the lines of one step attempt past the last seq sent,
+// each as the log store keeps it after the attempt's head
+// (appendStoredLogLine): a line is copied, not decoded and encoded again.
+func (ls *logStream) sendStored(j *logJob, ref logstore.Ref, lines []logstore.RawLine) error {
+	head := appendLogLineHead(nil, &LogLine{Job: j.job.Name, JobID: j.job.ID, Attempt: ref.Epoch, Step: ref.Step,
+		StepName: j.names[ref.Step]})
 	last := j.seqs[ref]
 	n := 0
 	for _, l := range lines {
 		if l.Seq <= last || ls.remaining == 0 {
 			continue
 		}
-		ls.out.add(LogLine{Job: j.job.Name, JobID: j.job.ID, Attempt: ref.Epoch, Step: ref.Step,
-			StepName: j.names[ref.Step], Seq: l.Seq, Stream: l.Stream, Text: l.Text, TimeMS: l.TimeMS})
+		ls.out.buf = appendStoredLogLine(ls.out.buf, head, l.JSON)
 		last = l.Seq
 		n++
 		if ls.remaining > 0 {
@@ -302,7 +305,7 @@ func (ls *logStream) live(j *logJob, ev logstore.Event) error {
 	if ev.Lines[0].Seq > j.seqs[ev.Ref]+1 {
 		return ls.catchUpRef(j, ev.Ref) // a gap: the file has everything
 	}
-	return ls.send(j, ev.Ref, ev.Lines)
+	return ls.sendStored(j, ev.Ref, ev.JSON)
 }
 
 // poll rereads the jobs in scope: a new attempt is read from its start; a
@@ -407,8 +410,6 @@ type lineWriter struct {
 func newLineWriter(w http.ResponseWriter, cfg Config) *lineWriter {
 	return &lineWriter{w: w, rc: http.NewResponseController(w), timeout: cfg.LogWriteTimeout}
 }
-
-func (lw *lineWriter) add(l LogLine) { lw.buf = appendLogLine(lw.buf, &l) }
 
 func (lw *lineWriter) flush() error {
 	if !lw.started {

@@ -1,11 +1,17 @@
 package logstore
 
-import "sync"
+import (
+	"bytes"
+	"sync"
+)
 
 // Event is a batch of new lines of one step of a followed job.
 type Event struct {
 	Ref   Ref
 	Lines []Line
+	// JSON are the same lines as stored (RawLine), for a viewer that
+	// passes them on as JSON without encoding them again.
+	JSON []RawLine
 }
 
 // Subscription receives the new lines of one job as they are stored.
@@ -67,14 +73,14 @@ func (s *Store) Subscribe(jobID string, buffer int) *Subscription {
 	return sub
 }
 
-func (s *Store) publish(r Ref, lines []Line) {
+func (s *Store) publish(r Ref, lines []Line, stored []byte) {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
 	set := s.subs[r.JobID]
 	if len(set) == 0 {
 		return
 	}
-	ev := Event{Ref: r, Lines: append([]Line(nil), lines...)}
+	ev := Event{Ref: r, Lines: append([]Line(nil), lines...), JSON: splitStored(lines, stored)}
 	for sub := range set {
 		select {
 		case sub.c <- ev:
@@ -86,4 +92,17 @@ func (s *Store) publish(r Ref, lines []Line) {
 	if len(set) == 0 {
 		delete(s.subs, r.JobID)
 	}
+}
+
+// splitStored cuts a batch as appendLine wrote it (one line per element of
+// lines, each ending with a newline) into RawLines, over one copy of it.
+func splitStored(lines []Line, stored []byte) []RawLine {
+	b := bytes.Clone(stored)
+	out := make([]RawLine, len(lines))
+	for i := range lines {
+		end := bytes.IndexByte(b, '\n')
+		out[i] = RawLine{Seq: lines[i].Seq, JSON: b[:end:end]}
+		b = b[end+1:]
+	}
+	return out
 }

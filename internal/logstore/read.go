@@ -18,12 +18,29 @@ import (
 // only part of the step (the agent was connected to another server for a
 // while), reads every line, once.
 func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	if s.archive != nil {
+		return s.readMerged(r, after, limit)
+	}
+	f, err := s.openAfter(r, after)
+	if f == nil || err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out, err := scanLines(f, after, limit, nil)
+	if err != nil {
+		return out, fmt.Errorf("logstore: read %s: %w", r, err)
+	}
+	return out, nil
+}
+
+// readMerged is Read with an Archive.
+func (s *Store) readMerged(r Ref, after uint64, limit int) ([]Line, error) {
 	p, err := s.path(r)
 	if err != nil {
 		return nil, err
-	}
-	if limit <= 0 {
-		limit = 1000
 	}
 	f, err := os.Open(p)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -32,36 +49,44 @@ func (s *Store) Read(r Ref, after uint64, limit int) ([]Line, error) {
 	if f != nil {
 		defer f.Close()
 	}
-	if s.archive != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
-		defer cancel()
-		segs, err := s.segments(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		out, err := s.merge(ctx, f, segs, after, limit)
-		if err != nil {
-			return out, fmt.Errorf("logstore: read %s: %w", r, err)
-		}
-		return out, nil
+	ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
+	defer cancel()
+	segs, err := s.segments(ctx, r)
+	if err != nil {
+		return nil, err
 	}
-	if f == nil {
-		return nil, nil
-	}
-	if after > 0 {
-		off, err := seekAfter(f, after)
-		if err != nil {
-			return nil, fmt.Errorf("logstore: read %s: %w", r, err)
-		}
-		if _, err := f.Seek(off, io.SeekStart); err != nil {
-			return nil, fmt.Errorf("logstore: read %s: %w", r, err)
-		}
-	}
-	out, err := scanLines(f, after, limit, nil)
+	out, err := s.merge(ctx, f, segs, after, limit)
 	if err != nil {
 		return out, fmt.Errorf("logstore: read %s: %w", r, err)
 	}
 	return out, nil
+}
+
+// openAfter opens a step's file at its first line with seq > after; a
+// missing file is (nil, nil).
+func (s *Store) openAfter(r Ref, after uint64) (*os.File, error) {
+	p, err := s.path(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("logstore: %w", err)
+	}
+	if after > 0 {
+		off, err := seekAfter(f, after)
+		if err == nil {
+			_, err = f.Seek(off, io.SeekStart)
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("logstore: read %s: %w", r, err)
+		}
+	}
+	return f, nil
 }
 
 // scanLines appends to out the lines of rd with seq > after until out holds

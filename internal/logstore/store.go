@@ -179,15 +179,15 @@ func (s *Store) Append(r Ref, lines []Line) (int, error) {
 		sf.buf = appendLine(sf.buf, &fresh[k])
 	}
 	_, err = sf.f.Write(sf.buf)
-	if cap(sf.buf) > 1<<20 {
-		sf.buf = nil // don't pin a large buffer per open file
-	}
 	if err != nil {
 		sf.mu.Unlock()
 		return 0, fmt.Errorf("logstore: append %s: %w", r, err)
 	}
 	sf.last = batchLast
-	s.publish(r, fresh) // under the file's lock, so viewers see a step's batches in order
+	s.publish(r, fresh, sf.buf) // under the file's lock, so viewers see a step's batches in order
+	if cap(sf.buf) > 1<<20 {
+		sf.buf = nil // don't pin a large buffer per open file
+	}
 	sf.mu.Unlock()
 	s.markDirty(r, false)
 	return len(fresh), nil

@@ -1,0 +1,117 @@
+package logstore
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// RawLine is a stored line as the JSON object appendLine wrote, without its
+// newline: {"seq":…,"stream":…,"text":…,"time_ms":…}.
+type RawLine struct {
+	Seq  uint64
+	JSON []byte
+}
+
+// ReadJSON is Read for a reader that passes lines on as JSON (a log
+// viewer's stream): a line in the shape appendLine writes is handed over as
+// stored, its seq read from its head, instead of decoded and encoded again
+// — reading a file back was a viewer's costliest path, and a viewer that
+// falls behind the live lines takes it for every line. Any other line is
+// decoded and written again in that shape.
+func (s *Store) ReadJSON(r Ref, after uint64, limit int) ([]RawLine, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	if s.archive != nil {
+		lines, err := s.readMerged(r, after, limit)
+		out := make([]RawLine, len(lines))
+		for i := range lines {
+			out[i] = RawLine{Seq: lines[i].Seq, JSON: trimNewline(appendLine(nil, &lines[i]))}
+		}
+		return out, err
+	}
+	f, err := s.openAfter(r, after)
+	if f == nil || err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out, err := scanRaw(f, after, limit)
+	if err != nil {
+		return out, fmt.Errorf("logstore: read %s: %w", r, err)
+	}
+	return out, nil
+}
+
+// scanRaw is scanLines for ReadJSON. The lines share buffers: a line's
+// bytes are never written again once it is in out.
+func scanRaw(rd io.Reader, after uint64, limit int) ([]RawLine, error) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), tailBytes)
+	var out []RawLine
+	var buf []byte
+	for len(out) < limit && sc.Scan() {
+		b := sc.Bytes()
+		if len(b) == 0 || b[len(b)-1] != '}' {
+			break // a line still being written
+		}
+		seq, ok := storedShape(b)
+		start := len(buf)
+		if ok {
+			buf = append(buf, b...)
+		} else {
+			l, err := decodeLine(b)
+			if err != nil {
+				return out, err
+			}
+			seq, buf = l.Seq, trimNewline(appendLine(buf, &l))
+		}
+		if seq > after {
+			out = append(out, RawLine{Seq: seq, JSON: buf[start:len(buf):len(buf)]})
+		} else {
+			buf = buf[:start]
+		}
+	}
+	return out, sc.Err()
+}
+
+func trimNewline(b []byte) []byte { return b[:len(b)-1] }
+
+// storedShape reads the seq of a line that has appendLine's shape at both
+// ends — {"seq":N,"stream":"…","time_ms":N} — without reading its text.
+// The middle is as appendLine encoded it when the line was stored.
+func storedShape(b []byte) (uint64, bool) {
+	rest, ok := bytes.CutPrefix(b, seqPrefix)
+	if !ok {
+		return 0, false
+	}
+	i := 0
+	for i < len(rest) && i < 20 && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	if i == 0 || (i > 1 && rest[0] == '0') || !bytes.HasPrefix(rest[i:], []byte(`,"stream":"`)) {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(string(rest[:i]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	// The tail: ,"time_ms":-?digits}
+	j := len(b) - 1 // the closing brace
+	k := j
+	for k > 0 && b[k-1] >= '0' && b[k-1] <= '9' {
+		k--
+	}
+	if k == j {
+		return 0, false
+	}
+	if b[k-1] == '-' {
+		k--
+	}
+	if !bytes.HasSuffix(b[:k], []byte(`","time_ms":`)) || k-len(`","time_ms":`) < len(seqPrefix)+i+len(`,"stream":"`) {
+		return 0, false
+	}
+	return seq, true
+}
