@@ -1,7 +1,6 @@
 package logstore
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -45,37 +44,58 @@ func (s *Store) ReadJSON(r Ref, after uint64, limit int) ([]RawLine, error) {
 	return out, nil
 }
 
-// scanRaw is scanLines for ReadJSON. The lines share buffers: a line's
-// bytes are never written again once it is in out.
+// scanRaw is scanLines for ReadJSON. It reads the file in chunks and hands
+// over lines in place: a chunk is never written again once a line in it
+// is handed over, and a line cut by a chunk's end moves to the next one.
+// Only complete lines (with their newline) are read.
 func scanRaw(rd io.Reader, after uint64, limit int) ([]RawLine, error) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), tailBytes)
 	var out []RawLine
-	var buf []byte
-	for len(out) < limit && sc.Scan() {
-		b := sc.Bytes()
-		if len(b) == 0 || b[len(b)-1] != '}' {
-			break // a line still being written
-		}
-		seq, ok := storedShape(b)
-		start := len(buf)
-		if ok {
-			buf = append(buf, b...)
-		} else {
-			l, err := decodeLine(b)
-			if err != nil {
-				return out, err
+	buf := make([]byte, 0, rawChunk)
+	for len(out) < limit {
+		if len(buf) == cap(buf) { // the rest is part of one line
+			if len(buf) >= tailBytes {
+				return out, fmt.Errorf("a stored line is longer than %d bytes", tailBytes)
 			}
-			seq, buf = l.Seq, trimNewline(appendLine(buf, &l))
+			next := make([]byte, len(buf), max(rawChunk, 2*len(buf)))
+			copy(next, buf)
+			buf = next
 		}
-		if seq > after {
-			out = append(out, RawLine{Seq: seq, JSON: buf[start:len(buf):len(buf)]})
-		} else {
-			buf = buf[:start]
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		for len(out) < limit {
+			end := bytes.IndexByte(buf, '\n')
+			if end < 0 {
+				break
+			}
+			b := buf[:end:end]
+			buf = buf[end+1:]
+			if len(b) == 0 || b[len(b)-1] != '}' {
+				return out, nil // a torn line: nothing after it is complete
+			}
+			seq, ok := storedShape(b)
+			if !ok {
+				l, err := decodeLine(b)
+				if err != nil {
+					return out, err
+				}
+				seq, b = l.Seq, trimNewline(appendLine(nil, &l))
+			}
+			if seq > after {
+				out = append(out, RawLine{Seq: seq, JSON: b})
+			}
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
+
+// rawChunk is how much of a file scanRaw reads at a time.
+const rawChunk = 64 << 10
 
 func trimNewline(b []byte) []byte { return b[:len(b)-1] }
 

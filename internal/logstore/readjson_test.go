@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,11 @@ func TestReadJSONMatchesRead(t *testing.T) {
 	}
 	defer s.Close()
 	texts := []string{"plain", "", `quote " and \ back`, "tab\tand\x1b[31mcolour", "é ✓ 🙂 \u2028", strings.Repeat("long ", 2000)}
+	// Enough lines, and one long enough, to cross scanRaw's chunks.
+	texts = append(texts, strings.Repeat("very long ", 20000))
+	for i := range 1500 {
+		texts = append(texts, fmt.Sprintf("line %d", i))
+	}
 	var in []Line
 	for i, text := range texts {
 		in = append(in, Line{Seq: uint64(i + 1), Stream: []string{"stdout", "stderr"}[i%2], Text: text, TimeMS: int64(i) - 1})
@@ -35,9 +41,11 @@ func TestReadJSONMatchesRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hand := `{"time_ms":3,"text":"by hand","stream":"stdout","seq":7}` + "\n" +
-		`{ "seq": 8, "stream": "stdout", "text": "spaced", "time_ms": 4 }` + "\n" +
-		`{"seq":9,"stream":"stdout","text":"\u00e9scaped","time_ms":5}` + "\n"
+	n := uint64(len(in))
+	hand := fmt.Sprintf(`{"time_ms":3,"text":"by hand","stream":"stdout","seq":%d}`, n+1) + "\n" +
+		fmt.Sprintf(`{ "seq": %d, "stream": "stdout", "text": "spaced", "time_ms": 4 }`, n+2) + "\n" +
+		fmt.Sprintf(`{"seq":%d,"stream":"stdout","text":"\u00e9scaped","time_ms":5}`, n+3) + "\n" +
+		fmt.Sprintf(`{"seq":%d,"stream":"stdout","text":"torn`, n+4) // a line still being written
 	if _, err := f.WriteString(hand); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +57,7 @@ func TestReadJSONMatchesRead(t *testing.T) {
 	for _, c := range []struct {
 		after uint64
 		limit int
-	}{{0, 100}, {0, 3}, {2, 100}, {6, 2}, {9, 10}} {
+	}{{0, 10000}, {0, 3}, {2, 1000}, {6, 2}, {n, 10}, {n + 3, 10}} {
 		want, err := s.Read(ref, c.after, c.limit)
 		if err != nil {
 			t.Fatal(err)
@@ -69,7 +77,7 @@ func TestReadJSONMatchesRead(t *testing.T) {
 			// What the store wrote goes out byte for byte; the line
 			// spelt with the keys out of order is written again.
 			encoded := appendLine(nil, &want[i])
-			if (g.Seq <= uint64(len(in)) || g.Seq == 7) && !bytes.Equal(g.JSON, encoded[:len(encoded)-1]) {
+			if (g.Seq <= n || g.Seq == n+1) && !bytes.Equal(g.JSON, encoded[:len(encoded)-1]) {
 				t.Errorf("after %d: line %d is %s, want %s", c.after, i, g.JSON, encoded)
 			}
 		}
