@@ -305,7 +305,7 @@ func (ls *logStream) live(j *logJob, ev logstore.Event) error {
 	if ev.Lines[0].Seq > j.seqs[ev.Ref]+1 {
 		return ls.catchUpRef(j, ev.Ref) // a gap: the file has everything
 	}
-	return ls.sendStored(j, ev.Ref, ev.JSON)
+	return ls.sendStored(j, ev.Ref, ev.Lines)
 }
 
 // poll rereads the jobs in scope: a new attempt is read from its start; a

@@ -7,11 +7,10 @@ import (
 
 // Event is a batch of new lines of one step of a followed job.
 type Event struct {
-	Ref   Ref
-	Lines []Line
-	// JSON are the same lines as stored (RawLine), for a viewer that
-	// passes them on as JSON without encoding them again.
-	JSON []RawLine
+	Ref Ref
+	// Lines are as stored (RawLine): a viewer passes them on as JSON
+	// without decoding and encoding them again.
+	Lines []RawLine
 }
 
 // Subscription receives the new lines of one job as they are stored.
@@ -80,7 +79,7 @@ func (s *Store) publish(r Ref, lines []Line, stored []byte) {
 	if len(set) == 0 {
 		return
 	}
-	ev := Event{Ref: r, Lines: append([]Line(nil), lines...), JSON: splitStored(lines, stored)}
+	ev := Event{Ref: r, Lines: splitStored(lines, stored)}
 	for sub := range set {
 		select {
 		case sub.c <- ev:
