@@ -94,6 +94,7 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		f.handlers.Done()
 		return // Accept answered the request
 	}
+	nc := cw.conn // not cw: the goroutine must not keep the response alive
 	// The connection is served by a goroutine of its own, and the HTTP
 	// server's goroutine ends: an idle agent then keeps neither the
 	// server's frames on its stack nor the request in the heap.
@@ -101,7 +102,7 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		defer f.handlers.Done()
 		defer slot.release()
 		ws.SetReadLimit(MaxUnauthenticatedFrameBytes) // until it authenticates
-		c := &conn{f: f, ws: ws, net: cw.conn, id: uuid.NewString(), done: make(chan struct{}), unauth: slot}
+		c := &conn{f: f, ws: ws, net: nc, id: uuid.NewString(), done: make(chan struct{}), unauth: slot}
 		c.lastSeen.Store(f.now().UnixNano())
 		f.reg.addConn(c)
 		f.stats.connects.Add(1)
