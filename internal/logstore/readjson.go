@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"strconv"
 )
 
 // RawLine is a stored line as the JSON object appendLine wrote, without its
@@ -103,20 +102,14 @@ func trimNewline(b []byte) []byte { return b[:len(b)-1] }
 // ends — {"seq":N,"stream":"…","time_ms":N} — without reading its text.
 // The middle is as appendLine encoded it when the line was stored.
 func storedShape(b []byte) (uint64, bool) {
-	rest, ok := bytes.CutPrefix(b, seqPrefix)
-	if !ok {
-		return 0, false
-	}
-	i := 0
-	for i < len(rest) && i < 20 && rest[i] >= '0' && rest[i] <= '9' {
-		i++
-	}
-	if i == 0 || (i > 1 && rest[0] == '0') || !bytes.HasPrefix(rest[i:], []byte(`,"stream":"`)) {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(string(rest[:i]), 10, 64)
+	seq, err := seqOf(b)
 	if err != nil {
 		return 0, false
+	}
+	rest := b[len(seqPrefix):]
+	i := bytes.IndexByte(rest, ',') // seqOf parsed the digits before it
+	if (i > 1 && rest[0] == '0') || !bytes.HasPrefix(rest[i:], []byte(`,"stream":"`)) {
+		return 0, false // a leading zero is not JSON
 	}
 	// The tail: ,"time_ms":-?digits}
 	j := len(b) - 1 // the closing brace

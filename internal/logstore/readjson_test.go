@@ -106,3 +106,24 @@ func FuzzStoredShape(f *testing.F) {
 		}
 	})
 }
+
+// Lines that only look stored are decoded, never passed on: a seq JSON does
+// not allow, another key first, or a tail that is not the time.
+func TestStoredShapeRefusesOtherSpellings(t *testing.T) {
+	for _, s := range []string{
+		`{"seq":01,"stream":"stdout","text":"","time_ms":1}`,
+		`{"seq":+1,"stream":"stdout","text":"","time_ms":1}`,
+		`{"seq":,"stream":"stdout","text":"","time_ms":1}`,
+		`{"seq":1,"text":"","stream":"stdout","time_ms":1}`,
+		`{"seq":1,"stream":"stdout","time_ms":1,"text":""}`,
+		`{"seq":1,"stream":"stdout","text":"","time_ms":}`,
+		`{"seq":1,"stream":"","time_ms":1}x`,
+	} {
+		if seq, ok := storedShape([]byte(s)); ok {
+			t.Errorf("%s passed as stored, seq %d", s, seq)
+		}
+	}
+	if seq, ok := storedShape([]byte(`{"seq":10,"stream":"stdout","text":"","time_ms":-1}`)); !ok || seq != 10 {
+		t.Errorf("a stored line: %d, %v", seq, ok)
+	}
+}
