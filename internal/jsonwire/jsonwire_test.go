@@ -80,6 +80,7 @@ func TestNumbers(t *testing.T) {
 		{"9223372036854775807", 1<<63 - 1, true}, {"-9223372036854775808", -1 << 63, true},
 		{"9223372036854775808", 0, false}, {"01", 0, false}, {"1.0", 0, false}, {"1e3", 0, false},
 		{"-", 0, false}, {"", 0, false}, {"+1", 0, false}, {"99999999999999999999", 0, false},
+		{"- 1", 0, false}, {"-\t1", 0, false}, {" -1", -1, true},
 	} {
 		r := NewReader(c.in)
 		got := r.Int()

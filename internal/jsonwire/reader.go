@@ -149,6 +149,12 @@ func (r *Reader) Array(elem func()) {
 // Uint reads a non-negative integer that fits 64 bits.
 func (r *Reader) Uint() uint64 {
 	r.skip()
+	return r.digits()
+}
+
+// digits reads the digits of an integer at the cursor, nothing before them
+// (a sign is followed by its digits at once).
+func (r *Reader) digits() uint64 {
 	if r.failed {
 		return 0
 	}
@@ -179,7 +185,7 @@ func (r *Reader) Int() int64 {
 	if neg {
 		r.i++
 	}
-	u := r.Uint()
+	u := r.digits()
 	switch {
 	case r.failed:
 		return 0
