@@ -128,9 +128,15 @@ func (a *agent) run(ctx context.Context) error {
 	// life bounds every connection; it ends StopTimeout after a hard stop.
 	life, endLife := context.WithCancel(context.Background())
 	defer endLife()
-	quit := make(chan struct{})
-	defer close(quit)
-	go a.watch(ctx, quit, endLife)
+	// Run returns only after watch has: a watcher outliving Run would see
+	// the caller cancel ctx afterwards and log a hard stop into a logger
+	// its owner has moved on from.
+	quit, watched := make(chan struct{}), make(chan struct{})
+	defer func() { close(quit); <-watched }()
+	go func() {
+		defer close(watched)
+		a.watch(ctx, quit, endLife)
+	}()
 
 	bo := newBackoff(a.cfg.MinReconnectDelay, a.cfg.MaxReconnectDelay)
 	for {
@@ -210,6 +216,11 @@ func (a *agent) watch(ctx context.Context, quit <-chan struct{}, endLife func())
 			drain = nil
 			a.drain("asked to drain")
 		case <-ctx.Done():
+			select {
+			case <-quit: // Run has already returned
+				return
+			default:
+			}
 			a.hardStop()
 			t := time.NewTimer(a.cfg.StopTimeout)
 			defer t.Stop()
