@@ -29,7 +29,7 @@ var namedPages = []string{"docs/lifecycle.md"}
 // pkg is the package's name as its files declare it (kiln for the module
 // root). A backticked word.word whose first word is no package's name is
 // not a citation (a config key such as queue.unroutable_grace, a column
-// such as jobs.unroutable_since) unless the second word is exported, which
+// such as jobs.queued_at) unless the second word is exported, which
 // only code is.
 var codeRE = regexp.MustCompile("`([a-z][a-z0-9]*)\\.(?:\\(\\*([A-Za-z_][A-Za-z0-9_]*)\\)\\.([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)(?:\\.([A-Za-z_][A-Za-z0-9_]*))?)`")
 

@@ -22,9 +22,10 @@
 // The engine keeps nothing a restart could lose. What its sweeps count
 // from is in the database: when a run's graceful cancel was asked
 // (runs.cancel_requested_at, written with the cancel; the cancel is forced
-// a cancel grace later) and since when no known agent could run a queued
-// job (jobs.unroutable_since, written by the sweep that first finds it so;
-// the job fails unroutable a grace later). A restarted server, or another
-// one, goes on from where the last one was. In memory are only the
-// expression cache and the subscribers of Watch.
+// a cancel grace later) and since when no known agent accepts a queue
+// key (lost_queue_keys, written by the sweep that first finds it so; a job
+// of the key fails unroutable a grace after that, or after it was queued,
+// whichever is later). A restarted server, or another one, goes on from
+// where the last one was. In memory are only the expression cache and the
+// subscribers of Watch.
 package engine

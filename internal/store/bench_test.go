@@ -336,3 +336,41 @@ func BenchmarkCreateRun(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSweepUnroutable times the leader's unroutable sweep, once a
+// second in a server, with 10,240 queued jobs of a key no agent accepts
+// and a grace none of them has reached: the sweep's cost must not grow
+// with the jobs waiting.
+func BenchmarkSweepUnroutable(b *testing.B) {
+	for _, be := range storetest.Backends {
+		b.Run(be.Name, func(b *testing.B) {
+			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			req := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "sparc")}
+			for range 10 {
+				jobs := make([]store.NewJob, 1024)
+				for i := range jobs {
+					jobs[i] = store.NewJob{Name: fmt.Sprintf("sparc %d", i), Requirement: req}
+				}
+				if _, err := db.Runs().Create(ctx, newRun(jobs...)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			lost, err := db.Queue().Keys(ctx)
+			if err != nil || len(lost) != 1 {
+				b.Fatalf("keys %v: %v", lost, err)
+			}
+			msg := func(kiln.Requirement) string { return "unroutable" }
+			b.ResetTimer()
+			for range b.N {
+				res, err := db.Queue().SweepUnroutable(ctx, lost, time.Hour, msg)
+				if err != nil || len(res.Jobs) != 0 {
+					b.Fatalf("sweep ended %d jobs: %v", len(res.Jobs), err)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kilnci/kiln"
@@ -122,57 +124,99 @@ func (q Queue) MarkUnroutable(ctx context.Context, message string, ids ...string
 	return res, err
 }
 
-// SweepUnroutable keeps, per queued job, since when no known agent could
-// run it (jobs.unroutable_since), and ends unroutable the jobs for which
-// that has lasted grace, with message(requirement) as their error. lost are
-// the queue keys no known agent accepts now (the engine decides from the
-// agents it knows): their queued jobs not marked yet are marked now, and
-// the marks of every other queued job are cleared (an agent that can run it
-// appeared). A job entering the queue again starts unmarked (move). Since
-// the marks are in the database, a restart or another server goes on
-// counting from the first sighting. Nothing is written when no key is lost
-// and no job is marked: the common case costs one read of an index of
-// marked jobs.
+// SweepUnroutable keeps since when no known agent accepts each queue key
+// (lost_queue_keys) and ends unroutable the queued jobs for which that has
+// lasted grace, with message(requirement) as their error. lost are the
+// queue keys no known agent accepts now (the engine decides from the agents
+// it knows): those not kept yet are kept from now, and every other key is
+// forgotten (an agent that can run its jobs appeared). A job is unroutable
+// since the later of its key's sighting and its own queued_at, so one
+// entering the queue again starts its grace over. Since the sightings are
+// in the database, a restart or another server goes on counting from the
+// first one. The work is per key, not per queued job, except for the jobs
+// of keys lost for a whole grace, which are the ones to end; nothing is
+// written when no key is lost or kept: the common case reads one row at
+// most.
 func (q Queue) SweepUnroutable(ctx context.Context, lost []string, grace time.Duration, message func(kiln.Requirement) string) (SweepResult, error) {
-	if len(lost) == 0 {
-		marked, err := queryStrings(ctx, q.h.reader(), "SELECT id FROM jobs WHERE status = 'queued' AND unroutable_since IS NOT NULL LIMIT 1")
-		if err != nil || len(marked) == 0 {
-			return SweepResult{}, err
-		}
+	kept, err := q.lostKeys(ctx)
+	if err != nil {
+		return SweepResult{}, err
 	}
+	lost = slices.Sorted(slices.Values(lost))
+	if !sweepNeeded(kept, lost, ms(q.h.now().Add(-grace))) {
+		return SweepResult{}, nil
+	}
+	lostArgs := anys(lost)
 	var res SweepResult
 	eff, err := q.h.op(ctx, func(t *txn) error {
 		res = SweepResult{}
-		lostIn, lostArgs := "", anys(lost)
-		if len(lost) > 0 {
-			lostIn = "queue_key IN (" + marks(len(lost)) + ")"
-			// Due jobs first: their runs are locked before any job row is.
-			cutoff := ms(t.now.Add(-grace))
-			cs, keys, err := t.queuedCandidates(ctx, "unroutable_since <= ? AND "+lostIn+" ORDER BY unroutable_since LIMIT ?",
-				append(append([]any{cutoff}, lostArgs...), sweepBatch)...)
-			if err != nil {
-				return err
-			}
-			if res.Jobs, err = t.unroute(ctx, cs, keys, message, change{where: "AND unroutable_since <= ?", wargs: []any{cutoff}}); err != nil {
-				return err
-			}
-		}
-		clear := "UPDATE jobs SET unroutable_since = NULL WHERE status = 'queued' AND unroutable_since IS NOT NULL"
-		if lostIn != "" {
-			clear += " AND NOT " + lostIn
-		}
-		if _, err := t.exec(ctx, clear, lostArgs...); err != nil {
+		if len(lost) == 0 {
+			_, err := t.exec(ctx, "DELETE FROM lost_queue_keys")
 			return err
 		}
-		if lostIn == "" {
-			return nil
+		lostIn := "queue_key IN (" + marks(len(lost)) + ")"
+		if _, err := t.exec(ctx, "DELETE FROM lost_queue_keys WHERE NOT "+lostIn, lostArgs...); err != nil {
+			return err
 		}
-		_, err := t.exec(ctx, "UPDATE jobs SET unroutable_since = ? WHERE status = 'queued' AND unroutable_since IS NULL AND "+lostIn,
-			append([]any{ms(t.now)}, lostArgs...)...)
+		args := make([]any, 0, 2*len(lost))
+		for _, k := range lost {
+			args = append(args, k, ms(t.now))
+		}
+		if _, err := t.exec(ctx, "INSERT INTO lost_queue_keys (queue_key, since) VALUES "+
+			strings.TrimSuffix(strings.Repeat("(?, ?), ", len(lost)), ", ")+" ON CONFLICT (queue_key) DO NOTHING", args...); err != nil {
+			return err
+		}
+		cutoff := ms(t.now.Add(-grace))
+		due, err := t.ids(ctx, "SELECT queue_key FROM lost_queue_keys WHERE since <= ? ORDER BY queue_key", cutoff)
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		cs, keys, err := t.queuedCandidates(ctx, "queued_at <= ? AND queue_key IN ("+marks(len(due))+") LIMIT ?",
+			append(append([]any{cutoff}, anys(due)...), sweepBatch)...)
+		if err != nil {
+			return err
+		}
+		res.Jobs, err = t.unroute(ctx, cs, keys, message, change{where: "AND queued_at <= ?", wargs: []any{cutoff}})
 		return err
 	})
 	res.Effects = eff
 	return res, err
+}
+
+// lostKeys reads lost_queue_keys: since when, by key.
+func (q Queue) lostKeys(ctx context.Context) (map[string]int64, error) {
+	rows, err := q.h.reader().query(ctx, "SELECT queue_key, since FROM lost_queue_keys")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	kept := map[string]int64{}
+	for rows.Next() {
+		var key string
+		var since int64
+		if err := rows.Scan(&key, &since); err != nil {
+			return nil, err
+		}
+		kept[key] = since
+	}
+	return kept, rows.Err()
+}
+
+// sweepNeeded reports whether the unroutable sweep has anything to write:
+// a key to keep or to forget, or a key lost since cutoff or earlier, whose
+// jobs queued as long ago are due. Otherwise, the steady state of a key
+// lost for less than a grace, the leader's sweep commits nothing.
+func sweepNeeded(kept map[string]int64, lost []string, cutoff int64) bool {
+	if len(kept) != len(lost) {
+		return true
+	}
+	for _, k := range lost {
+		since, ok := kept[k]
+		if !ok || since <= cutoff {
+			return true
+		}
+	}
+	return false
 }
 
 // queuedCandidates reads the queued jobs where selects, with their queue

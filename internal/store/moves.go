@@ -134,10 +134,6 @@ func (t *txn) move(ctx context.Context, m move, c change) ([]movedJob, error) {
 			fmt.Fprintf(&b, ", result = '%s', finished_at = ?, error = ?", m.to.Result())
 			args = append(args, ms(t.now), nullString(c.err))
 		}
-		if m.to == sQueued {
-			// A job entering the queue has not been found unroutable yet.
-			b.WriteString(", unroutable_since = NULL")
-		}
 		if c.set != "" {
 			b.WriteString(", " + c.set)
 			args = append(args, c.args...)
