@@ -374,3 +374,42 @@ func BenchmarkSweepUnroutable(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimFor times the committer's complete-and-claim claims: 16
+// agents accepting the same work each take one job in one transaction.
+func BenchmarkClaimFor(b *testing.B) {
+	const asks = 16
+	for _, be := range storetest.Backends {
+		b.Run(be.Name, func(b *testing.B) {
+			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			rounds := (b.N + asks - 1) / asks
+			enqueue(b, db, rounds*asks)
+			agent := kiln.AgentLabels{Labels: kiln.NewLabels("linux")}
+			as := make([]store.ClaimAsk, asks)
+			for i := range as {
+				as[i] = store.ClaimAsk{AgentID: fmt.Sprintf("agent-%d", i), Labels: agent, Slots: 1}
+			}
+			held := db.Hold()
+			b.ResetTimer()
+			for range rounds {
+				err := held.Update(ctx, func(tx *store.Tx) error {
+					got, err := tx.Queue().ClaimFor(ctx, as)
+					for i := range got {
+						if err == nil && len(got[i]) != 1 {
+							err = fmt.Errorf("ask %d got %d jobs", i, len(got[i]))
+						}
+					}
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(rounds*asks), "µs/job")
+		})
+	}
+}

@@ -260,8 +260,10 @@ const claimBranchPostgres = `SELECT id FROM jobs WHERE status = 'queued' AND que
 	AND (expires_at IS NULL OR expires_at > ?) ORDER BY (id || '') LIMIT ?`
 
 // scanClaimedRuns reads a claim's rows, each ending with whether its run
-// is still pending; pending holds the runs that are.
-func scanClaimedRuns(rows *sql.Rows, err error) (out []Claimed, pending map[string]bool, _ error) {
+// is still pending (pending holds the runs that are) and, when agents is
+// not nil, then with the agent that claimed the job (agents maps job ids
+// to it).
+func scanClaimedRuns(rows *sql.Rows, err error, agents map[string]string) (out []Claimed, pending map[string]bool, _ error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim: %w", err)
 	}
@@ -272,8 +274,16 @@ func scanClaimedRuns(rows *sql.Rows, err error) (out []Claimed, pending map[stri
 		var spec, key string
 		var queued sql.NullInt64
 		var runPending bool
-		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued, &runPending); err != nil {
+		dest := []any{&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued, &runPending}
+		var agent string
+		if agents != nil {
+			dest = append(dest, &agent)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
+		}
+		if agents != nil {
+			agents[c.JobID] = agent
 		}
 		c.Spec, c.Requirement, c.QueuedAt = json.RawMessage(spec), KeyRequirement(key), fromMS(queued)
 		if runPending {

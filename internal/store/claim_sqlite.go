@@ -28,23 +28,37 @@ func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slo
 	q := "UPDATE jobs SET " + claimSet("", "?") + " WHERE status = 'queued' AND id IN (" +
 		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at, " +
 		"(SELECT status = 'pending' FROM runs WHERE runs.id = jobs.run_id)"
-	out, pending, err := scanClaimedRuns(t.query(ctx, q, args...))
+	rows, err := t.query(ctx, q, args...)
+	out, pending, err := scanClaimedRuns(rows, err, nil)
 	if err != nil || len(out) == 0 {
 		return out, err
 	}
-	runs := map[string]bool{}
-	var runIDs []any
 	for i := range out {
 		out[i].AckDeadline = time.UnixMilli(ack).UTC()
 		t.event(out[i].RunID, out[i].JobID, EventDispatched, dispatchDetail(out[i].Attempt, agentID))
-		if pending[out[i].RunID] && !runs[out[i].RunID] {
-			runs[out[i].RunID] = true
-			runIDs = append(runIDs, out[i].RunID)
+	}
+	started, err := t.startClaimedRuns(ctx, out, pending)
+	if err != nil {
+		return nil, err
+	}
+	markRunStarts(out, started)
+	return out, nil
+}
+
+// startClaimedRuns moves the runs of claimed jobs that were still pending
+// to running, and returns those it moved.
+func (t *txn) startClaimedRuns(ctx context.Context, claimed []Claimed, pending map[string]bool) (map[string]bool, error) {
+	var runIDs []any
+	for i := range claimed {
+		if id := claimed[i].RunID; pending[id] {
+			pending[id] = false
+			runIDs = append(runIDs, id)
 		}
 	}
 	if len(runIDs) == 0 {
-		return out, nil
+		return nil, nil
 	}
+	now := ms(t.now)
 	rows, err := t.query(ctx, `UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), updated_at = ?
 		WHERE id IN (`+marks(len(runIDs))+`) AND status = 'pending' RETURNING id, number`, append([]any{now, now}, runIDs...)...)
 	if err != nil {
@@ -63,11 +77,16 @@ func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slo
 			t.eff.Runs = append(t.eff.Runs, rc)
 		}
 	}
-	for i := range out {
-		if started[out[i].RunID] {
-			out[i].RunStarted = true
-			started[out[i].RunID] = false
+	return started, rows.Err()
+}
+
+// markRunStarts sets RunStarted on the first claimed job of each run in
+// started, and takes those runs out of it.
+func markRunStarts(claimed []Claimed, started map[string]bool) {
+	for i := range claimed {
+		if started[claimed[i].RunID] {
+			claimed[i].RunStarted = true
+			started[claimed[i].RunID] = false
 		}
 	}
-	return out, rows.Err()
 }

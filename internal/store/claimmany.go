@@ -16,11 +16,12 @@ type ClaimAsk struct {
 }
 
 // ClaimFor claims for several agents, each as Claim would, and returns each
-// ask's jobs in order. On PostgreSQL, asks that accept the same queued keys
-// share one statement (the first ask gets the oldest jobs): a wave of a
-// fleet's identical agents costs one round trip, not one per agent. An ask
-// a shared statement left short is topped up alone, as Claim does when the
-// cached keys were stale.
+// ask's jobs in order. Inside a transaction (the committer's
+// complete-and-claim), asks that accept the same queued keys share one
+// statement (the first ask gets the oldest jobs): a wave of a fleet's
+// identical agents costs one round trip on PostgreSQL, not one per agent,
+// and one walk of the keys' index on SQLite. An ask a shared statement left
+// short is topped up alone, as Claim does when the cached keys were stale.
 func (q Queue) ClaimFor(ctx context.Context, asks []ClaimAsk) ([][]Claimed, error) {
 	for _, a := range asks {
 		if a.Slots > 0 && a.AgentID == "" {
@@ -29,7 +30,7 @@ func (q Queue) ClaimFor(ctx context.Context, asks []ClaimAsk) ([][]Claimed, erro
 	}
 	out := make([][]Claimed, len(asks))
 	db := q.h.db
-	if db.dialect.name() != "postgres" || q.h.tx == nil {
+	if q.h.tx == nil {
 		for i, a := range asks {
 			cs, err := q.Claim(ctx, a.AgentID, a.Labels, a.Slots)
 			if err != nil {
@@ -50,7 +51,7 @@ func (q Queue) ClaimFor(ctx context.Context, asks []ClaimAsk) ([][]Claimed, erro
 			for j, i := range g.idx {
 				cas[j] = claimAsk{agentID: asks[i].AgentID, slots: asks[i].Slots}
 			}
-			res, err := claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, g.keys, cas)
+			res, err := t.claimShared(ctx, g.keys, cas)
 			if err != nil {
 				return err
 			}
@@ -82,7 +83,7 @@ func (q Queue) ClaimFor(ctx context.Context, asks []ClaimAsk) ([][]Claimed, erro
 			if len(extra) == 0 {
 				continue
 			}
-			more, err := claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, extra, []claimAsk{{a.AgentID, a.Slots - len(out[i])}})
+			more, err := t.claimShared(ctx, extra, []claimAsk{{a.AgentID, a.Slots - len(out[i])}})
 			if err != nil {
 				return err
 			}
@@ -95,6 +96,14 @@ func (q Queue) ClaimFor(ctx context.Context, asks []ClaimAsk) ([][]Claimed, erro
 		return nil, err
 	}
 	return out, nil
+}
+
+// claimShared claims for asks accepting the same keys in one statement.
+func (t *txn) claimShared(ctx context.Context, keys []string, asks []claimAsk) ([][]Claimed, error) {
+	if t.db.dialect.name() == "sqlite" {
+		return claimSQLiteMany(ctx, t, keys, asks)
+	}
+	return claimPostgres(ctx, t, t.now, t.db.cfg.AckTimeout, keys, asks)
 }
 
 // askGroup is the asks that accept the same keys.

@@ -88,6 +88,76 @@ func TestClaimForServesEachAskInOrder(t *testing.T) {
 	})
 }
 
+// TestClaimForSharedStatementNamesEachAgent: in one shared claim, an
+// agent asking twice (two of its jobs ended in one batch) fills its asks
+// in order, every job is leased, recorded on the timeline and handed to
+// the agent that claimed it, and the run the claim starts is reported
+// started once.
+func TestClaimForSharedStatementNamesEachAgent(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("j0"), job("j1"), job("j2"), job("j3"), job("j4")))
+		asks := []store.ClaimAsk{
+			{AgentID: "a", Labels: linux, Slots: 1},
+			{AgentID: "b", Labels: linux, Slots: 1},
+			{AgentID: "a", Labels: linux, Slots: 2},
+		}
+		var got [][]store.Claimed
+		err := db.Update(ctx, func(tx *store.Tx) error {
+			var err error
+			got, err = tx.Queue().ClaimFor(ctx, asks)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [][]string{{"j0"}, {"j1"}, {"j2", "j3"}}
+		started := 0
+		names := map[string]string{}
+		var timeline []string
+		for i, a := range asks {
+			var gotNames []string
+			for _, c := range got[i] {
+				gotNames = append(gotNames, c.Name)
+				names[c.JobID] = c.Name
+				if c.RunStarted {
+					started++
+				}
+				if c.Epoch != 1 || c.Attempt != 1 || c.AckDeadline.IsZero() {
+					t.Fatalf("%s: epoch %d, attempt %d, ack deadline %v", c.Name, c.Epoch, c.Attempt, c.AckDeadline)
+				}
+				if j := mustJob(t, db, c.JobID); j.Status != kiln.JobDispatched || j.AgentID != a.AgentID {
+					t.Fatalf("job %s is %s on %q, want dispatched on %s", c.Name, j.Status, j.AgentID, a.AgentID)
+				}
+			}
+			if !slices.Equal(gotNames, want[i]) {
+				t.Fatalf("ask %d (%s) got %v, want %v", i, a.AgentID, gotNames, want[i])
+			}
+		}
+		if started != 1 {
+			t.Fatalf("%d claims report the run started, want 1", started)
+		}
+		if r := mustRun(t, db, cr.ID); r.Status != kiln.RunRunning {
+			t.Fatalf("run is %s after its first claims", r.Status)
+		}
+		evs, err := db.Runs().Timeline(ctx, cr.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == store.EventDispatched {
+				timeline = append(timeline, names[ev.JobID]+" "+ev.Detail)
+			}
+		}
+		slices.Sort(timeline)
+		if !slices.Equal(timeline, []string{
+			"j0 attempt 1 sent to agent a", "j1 attempt 1 sent to agent b",
+			"j2 attempt 1 sent to agent a", "j3 attempt 1 sent to agent a",
+		}) {
+			t.Fatalf("timeline %q", timeline)
+		}
+	})
+}
+
 // TestReleaseWritesEachJobsOwnSpec: jobs released together (the
 // dependents of one job) are queued a few statements at a time, each with
 // the spec the Releaser rendered for it, across the statement-size
