@@ -413,3 +413,48 @@ func BenchmarkClaimFor(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStartBatch times the committer's starts: 16 agents' starts in
+// one transaction.
+func BenchmarkStartBatch(b *testing.B) {
+	const batch = 16
+	for _, be := range storetest.Backends {
+		b.Run(be.Name, func(b *testing.B) {
+			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			rounds := (b.N + batch - 1) / batch
+			enqueue(b, db, rounds*batch)
+			agent := kiln.AgentLabels{Labels: kiln.NewLabels("linux")}
+			var leases []store.Lease
+			for len(leases) < rounds*batch {
+				cs, err := db.Queue().Claim(ctx, "agent", agent, 256)
+				if err != nil || len(cs) == 0 {
+					b.Fatalf("claim: %d jobs, %v", len(cs), err)
+				}
+				for _, c := range cs {
+					leases = append(leases, store.Lease{JobID: c.JobID, Epoch: c.Epoch})
+				}
+			}
+			held := db.Hold()
+			b.ResetTimer()
+			for r := range rounds {
+				err := held.Update(ctx, func(tx *store.Tx) error {
+					errs, err := tx.Jobs().StartBatch(ctx, leases[r*batch:(r+1)*batch])
+					for _, e := range errs {
+						if err == nil {
+							err = e
+						}
+					}
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(rounds*batch), "µs/job")
+		})
+	}
+}

@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kilnci/kiln/internal/jsonwire"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -47,16 +49,38 @@ func (sqliteDialect) nextRunNumber() string {
 
 func (sqliteDialect) writesInWith() bool { return false }
 
+// oneOf and pairOf hand SQLite their values as one JSON array, read back
+// by json_each: the statement's text is the same for any number of values,
+// so it is compiled once and cached (prepareWanted) instead of on every
+// call, and the planner still probes the column's index for each value.
 func (sqliteDialect) oneOf(col string, vals []string) (string, []any) {
-	return col + " IN (" + marks(len(vals)) + ")", anys(vals)
+	buf := make([]byte, 0, 2+len(vals)*40)
+	buf = append(buf, '[')
+	for i, v := range vals {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = jsonwire.AppendString(buf, v)
+	}
+	buf = append(buf, ']')
+	return col + " IN (SELECT value FROM json_each(?))", []any{string(buf)}
 }
 
 func (sqliteDialect) pairOf(a, b string, as []string, bs []int64) (string, []any) {
-	args := make([]any, 0, 2*len(as))
+	buf := make([]byte, 0, 2+len(as)*48)
+	buf = append(buf, '[')
 	for i := range as {
-		args = append(args, as[i], bs[i])
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, '[')
+		buf = jsonwire.AppendString(buf, as[i])
+		buf = append(buf, ',')
+		buf = strconv.AppendInt(buf, bs[i], 10)
+		buf = append(buf, ']')
 	}
-	return "(" + a + ", " + b + ") IN (" + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(as)), ", ") + ")", args
+	buf = append(buf, ']')
+	return "(" + a + ", " + b + ") IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))", []any{string(buf)}
 }
 
 func isPostgresURL(u string) bool {

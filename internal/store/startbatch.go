@@ -36,13 +36,7 @@ func (j Jobs) StartBatch(ctx context.Context, leases []Lease) (errs []error, err
 		errs = make([]error, len(leases))
 		started := make(map[Lease]bool, len(leases))
 		var pendingRuns []string
-		// On SQLite, in process, a statement costs no round trip, and one
-		// whose text varies with the batch is compiled on every call: a
-		// start each, the same cached statement, is cheaper there.
 		chunk := maxStartBatch
-		if t.db.dialect.name() == "sqlite" {
-			chunk = 1
-		}
 		for from := 0; from < len(leases); from += chunk {
 			runs, err := t.startChunk(ctx, leases[from:min(from+chunk, len(leases))], started)
 			if err != nil {
