@@ -92,13 +92,21 @@ func (m *Manager) room(ctx context.Context, c Config) (int, error) {
 }
 
 // reserve books what one agent is given against the scaler's and the
-// global budgets; false when either would be exceeded (B198).
+// global budgets; false when either would be exceeded (B198) or the
+// scaler is backing off after failures.
 func (m *Manager) reserve(c Config, amount kiln.Resources) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.state[c.Name]
 	if st == nil {
 		return false // retired meanwhile
+	}
+	// The caller checked the backoff before reading the queue, but a
+	// spawn failing meanwhile frees its job for that read: checked again
+	// here, under the lock its failure takes, the job waits out the
+	// backoff instead of getting a second spawn at once.
+	if m.now().Before(st.deferUntil) {
+		return false
 	}
 	if ok, _ := fits(c, m.cfg.Caps, st.reserved, m.reservedLocked(), amount); !ok {
 		if m.cfg.Hooks.Refused != nil {
