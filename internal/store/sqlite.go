@@ -54,6 +54,11 @@ func (sqliteDialect) writesInWith() bool { return false }
 // so it is compiled once and cached (prepareWanted) instead of on every
 // call, and the planner still probes the column's index for each value.
 func (sqliteDialect) oneOf(col string, vals []string) (string, []any) {
+	return col + " IN (SELECT value FROM json_each(?))", []any{jsonStrings(vals)}
+}
+
+// jsonStrings is vals as a JSON array, for json_each.
+func jsonStrings(vals []string) string {
 	buf := make([]byte, 0, 2+len(vals)*40)
 	buf = append(buf, '[')
 	for i, v := range vals {
@@ -62,8 +67,7 @@ func (sqliteDialect) oneOf(col string, vals []string) (string, []any) {
 		}
 		buf = jsonwire.AppendString(buf, v)
 	}
-	buf = append(buf, ']')
-	return col + " IN (SELECT value FROM json_each(?))", []any{string(buf)}
+	return string(append(buf, ']'))
 }
 
 func (sqliteDialect) pairOf(a, b string, as []string, bs []int64) (string, []any) {
