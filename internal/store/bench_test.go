@@ -375,49 +375,11 @@ func BenchmarkSweepUnroutable(b *testing.B) {
 	}
 }
 
-// BenchmarkClaimFor times the committer's complete-and-claim claims: 16
-// agents accepting the same work each take one job in one transaction.
-func BenchmarkClaimFor(b *testing.B) {
-	const asks = 16
-	for _, be := range storetest.Backends {
-		b.Run(be.Name, func(b *testing.B) {
-			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
-			rounds := (b.N + asks - 1) / asks
-			enqueue(b, db, rounds*asks)
-			agent := kiln.AgentLabels{Labels: kiln.NewLabels("linux")}
-			as := make([]store.ClaimAsk, asks)
-			for i := range as {
-				as[i] = store.ClaimAsk{AgentID: fmt.Sprintf("agent-%d", i), Labels: agent, Slots: 1}
-			}
-			held := db.Hold()
-			b.ResetTimer()
-			for range rounds {
-				err := held.Update(ctx, func(tx *store.Tx) error {
-					got, err := tx.Queue().ClaimFor(ctx, as)
-					for i := range got {
-						if err == nil && len(got[i]) != 1 {
-							err = fmt.Errorf("ask %d got %d jobs", i, len(got[i]))
-						}
-					}
-					return err
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(rounds*asks), "µs/job")
-		})
-	}
-}
-
-// BenchmarkStartBatch times the committer's starts: 16 agents' starts in
-// one transaction.
-func BenchmarkStartBatch(b *testing.B) {
-	const batch = 16
+// benchCommitted runs round(tx, r) in one transaction per round on each
+// backend, each round handling batch jobs of the jobs setup prepared (it
+// is given the database and the number of rounds), and reports the time
+// per job, the commit included.
+func benchCommitted(b *testing.B, batch int, setup func(db *store.DB, rounds int), round func(tx *store.Tx, r int) error) {
 	for _, be := range storetest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
 			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
@@ -427,34 +389,62 @@ func BenchmarkStartBatch(b *testing.B) {
 			defer db.Close()
 			rounds := (b.N + batch - 1) / batch
 			enqueue(b, db, rounds*batch)
-			agent := kiln.AgentLabels{Labels: kiln.NewLabels("linux")}
-			var leases []store.Lease
-			for len(leases) < rounds*batch {
-				cs, err := db.Queue().Claim(ctx, "agent", agent, 256)
-				if err != nil || len(cs) == 0 {
-					b.Fatalf("claim: %d jobs, %v", len(cs), err)
-				}
-				for _, c := range cs {
-					leases = append(leases, store.Lease{JobID: c.JobID, Epoch: c.Epoch})
-				}
-			}
+			setup(db, rounds)
 			held := db.Hold()
 			b.ResetTimer()
 			for r := range rounds {
-				err := held.Update(ctx, func(tx *store.Tx) error {
-					errs, err := tx.Jobs().StartBatch(ctx, leases[r*batch:(r+1)*batch])
-					for _, e := range errs {
-						if err == nil {
-							err = e
-						}
-					}
-					return err
-				})
-				if err != nil {
+				if err := held.Update(ctx, func(tx *store.Tx) error { return round(tx, r) }); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(rounds*batch), "µs/job")
 		})
 	}
+}
+
+var benchAgent = kiln.AgentLabels{Labels: kiln.NewLabels("linux")}
+
+// BenchmarkClaimFor times the committer's complete-and-claim claims: 16
+// agents accepting the same work each take one job in one transaction.
+func BenchmarkClaimFor(b *testing.B) {
+	as := make([]store.ClaimAsk, 16)
+	for i := range as {
+		as[i] = store.ClaimAsk{AgentID: fmt.Sprintf("agent-%d", i), Labels: benchAgent, Slots: 1}
+	}
+	benchCommitted(b, len(as), func(*store.DB, int) {}, func(tx *store.Tx, _ int) error {
+		got, err := tx.Queue().ClaimFor(ctx, as)
+		for i := range got {
+			if err == nil && len(got[i]) != 1 {
+				err = fmt.Errorf("ask %d got %d jobs", i, len(got[i]))
+			}
+		}
+		return err
+	})
+}
+
+// BenchmarkStartBatch times the committer's starts: 16 agents' starts in
+// one transaction.
+func BenchmarkStartBatch(b *testing.B) {
+	const batch = 16
+	var leases []store.Lease
+	benchCommitted(b, batch, func(db *store.DB, rounds int) {
+		leases = leases[:0]
+		for len(leases) < rounds*batch {
+			cs, err := db.Queue().Claim(ctx, "agent", benchAgent, 256)
+			if err != nil || len(cs) == 0 {
+				b.Fatalf("claim: %d jobs, %v", len(cs), err)
+			}
+			for _, c := range cs {
+				leases = append(leases, store.Lease{JobID: c.JobID, Epoch: c.Epoch})
+			}
+		}
+	}, func(tx *store.Tx, r int) error {
+		errs, err := tx.Jobs().StartBatch(ctx, leases[r*batch:(r+1)*batch])
+		for _, e := range errs {
+			if err == nil {
+				err = e
+			}
+		}
+		return err
+	})
 }

@@ -30,15 +30,7 @@ func TestClaimForServesEachAskInOrder(t *testing.T) {
 			{AgentID: "lost", Labels: linux, Slots: 0},
 			{AgentID: "c", Labels: linux, Slots: 10},
 		}
-		var got [][]store.Claimed
-		err := db.Update(ctx, func(tx *store.Tx) error {
-			var err error
-			got, err = tx.Queue().ClaimFor(ctx, asks)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := claimFor(t, db, asks)
 		want := map[string]int{"a": 2, "gpu": 0, "b": 3, "lost": 0, "c": 5}
 		seen := map[string]string{}
 		var order []string // job names in ask order
@@ -69,16 +61,12 @@ func TestClaimForServesEachAskInOrder(t *testing.T) {
 		docker := store.NewJob{Name: "d", Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux", "docker")}}
 		mustCreate(t, db, newRun(docker))
 		withDocker := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "docker")}
-		err = db.Update(ctx, func(tx *store.Tx) error {
-			var err error
-			got, err = tx.Queue().ClaimFor(ctx, []store.ClaimAsk{{AgentID: "d1", Labels: withDocker, Slots: 1}})
-			return err
-		})
-		if err != nil || len(got[0]) != 1 || got[0][0].Name != "d" {
-			t.Fatalf("the new key's job was not claimed: %+v, %v", got, err)
+		got = claimFor(t, db, []store.ClaimAsk{{AgentID: "d1", Labels: withDocker, Slots: 1}})
+		if len(got[0]) != 1 || got[0][0].Name != "d" {
+			t.Fatalf("the new key's job was not claimed: %+v", got)
 		}
 		// An ask without an agent is refused.
-		err = db.Update(ctx, func(tx *store.Tx) error {
+		err := db.Update(ctx, func(tx *store.Tx) error {
 			_, err := tx.Queue().ClaimFor(ctx, []store.ClaimAsk{{Labels: linux, Slots: 1}})
 			return err
 		})
@@ -86,6 +74,21 @@ func TestClaimForServesEachAskInOrder(t *testing.T) {
 			t.Fatal("an ask without an agent id was accepted")
 		}
 	})
+}
+
+// claimFor runs ClaimFor in a transaction of its own.
+func claimFor(t *testing.T, db *store.DB, asks []store.ClaimAsk) [][]store.Claimed {
+	t.Helper()
+	var got [][]store.Claimed
+	err := db.Update(ctx, func(tx *store.Tx) error {
+		var err error
+		got, err = tx.Queue().ClaimFor(ctx, asks)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // TestClaimForSharedStatementNamesEachAgent: in one shared claim, an
@@ -101,15 +104,7 @@ func TestClaimForSharedStatementNamesEachAgent(t *testing.T) {
 			{AgentID: "b", Labels: linux, Slots: 1},
 			{AgentID: "a", Labels: linux, Slots: 2},
 		}
-		var got [][]store.Claimed
-		err := db.Update(ctx, func(tx *store.Tx) error {
-			var err error
-			got, err = tx.Queue().ClaimFor(ctx, asks)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := claimFor(t, db, asks)
 		want := [][]string{{"j0"}, {"j1"}, {"j2", "j3"}}
 		started := 0
 		names := map[string]string{}
