@@ -135,8 +135,8 @@ func (q Queue) MarkUnroutable(ctx context.Context, message string, ids ...string
 // in the database, a restart or another server goes on counting from the
 // first one. The work is per key, not per queued job, except for the jobs
 // of keys lost for a whole grace, which are the ones to end; nothing is
-// written when no key is lost or kept: the common case reads one row at
-// most.
+// written unless a key is lost or found, or has been lost for a grace: the
+// common case reads the few rows of lost_queue_keys.
 func (q Queue) SweepUnroutable(ctx context.Context, lost []string, grace time.Duration, message func(kiln.Requirement) string) (SweepResult, error) {
 	kept, err := q.lostKeys(ctx)
 	if err != nil {
