@@ -46,8 +46,14 @@ func TestCombinedOperationsFailAlone(t *testing.T) {
 		{"a failing operation after a good first one", []*writeReq{op(5, false), op(6, true), op(7, false)}, []int64{2, 4, 5, 7}},
 		{"only failures", []*writeReq{op(8, true), op(9, true)}, []int64{2, 4, 5, 7}},
 	} {
-		if n := db.runBatch(c.ops); n != len(c.ops) {
-			t.Fatalf("%s: ran %d of %d operations", c.name, n, len(c.ops))
+		// A transaction past combineBudget leaves the rest to the next
+		// one (a slow machine under -race), as the combiner would.
+		for ops := c.ops; len(ops) > 0; {
+			n := db.runBatch(ops)
+			if n == 0 {
+				t.Fatalf("%s: a batch ran none of %d operations", c.name, len(ops))
+			}
+			ops = ops[n:]
 		}
 		for _, r := range c.ops {
 			<-r.done
