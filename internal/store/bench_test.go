@@ -85,13 +85,31 @@ func BenchmarkDispatch(b *testing.B) {
 	}
 }
 
-// enqueueBacklog queues jobs no benchmark agent accepts.
+// benchDB opens a database on be for a benchmark, closed when it ends.
+func benchDB(b *testing.B, be storetest.Backend) *store.DB {
+	b.Helper()
+	db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// enqueueBacklog queues backlogSize jobs no benchmark agent accepts.
 func enqueueBacklog(b *testing.B, db *store.DB) {
 	b.Helper()
 	start := time.Now()
+	enqueueUnmatchable(b, db, backlogSize/1000, 1000)
+	b.Logf("queued %d unmatchable jobs in %v", backlogSize, time.Since(start).Round(time.Millisecond))
+}
+
+// enqueueUnmatchable queues runs of size jobs no benchmark agent accepts.
+func enqueueUnmatchable(b *testing.B, db *store.DB, runs, size int) {
+	b.Helper()
 	req := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "sparc")}
-	for r := 0; r < backlogSize/1000; r++ {
-		jobs := make([]store.NewJob, 1000)
+	for range runs {
+		jobs := make([]store.NewJob, size)
 		for i := range jobs {
 			jobs[i] = store.NewJob{Name: fmt.Sprintf("sparc %d", i), Requirement: req}
 		}
@@ -99,7 +117,6 @@ func enqueueBacklog(b *testing.B, db *store.DB) {
 			b.Fatal(err)
 		}
 	}
-	b.Logf("queued %d unmatchable jobs in %v", backlogSize, time.Since(start).Round(time.Millisecond))
 }
 
 // enqueue queues n jobs the agents accept, in runs of 10.
@@ -321,11 +338,7 @@ func BenchmarkCreateRun(b *testing.B) {
 	}
 	for _, be := range storetest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
-			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
+			db := benchDB(b, be)
 			b.ResetTimer()
 			for range b.N {
 				if _, err := db.Runs().Create(ctx, newRun(jobs...)); err != nil {
@@ -344,21 +357,8 @@ func BenchmarkCreateRun(b *testing.B) {
 func BenchmarkSweepUnroutable(b *testing.B) {
 	for _, be := range storetest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
-			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
-			req := kiln.Requirement{RunsOn: kiln.NewLabels("linux", "sparc")}
-			for range 10 {
-				jobs := make([]store.NewJob, 1024)
-				for i := range jobs {
-					jobs[i] = store.NewJob{Name: fmt.Sprintf("sparc %d", i), Requirement: req}
-				}
-				if _, err := db.Runs().Create(ctx, newRun(jobs...)); err != nil {
-					b.Fatal(err)
-				}
-			}
+			db := benchDB(b, be)
+			enqueueUnmatchable(b, db, 10, 1024)
 			lost, err := db.Queue().Keys(ctx)
 			if err != nil || len(lost) != 1 {
 				b.Fatalf("keys %v: %v", lost, err)
@@ -382,11 +382,7 @@ func BenchmarkSweepUnroutable(b *testing.B) {
 func benchCommitted(b *testing.B, batch int, setup func(db *store.DB, rounds int), round func(tx *store.Tx, r int) error) {
 	for _, be := range storetest.Backends {
 		b.Run(be.Name, func(b *testing.B) {
-			db, err := store.Open(ctx, store.Config{URL: be.URL(b), Releaser: storetest.QueueAsCreated})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
+			db := benchDB(b, be)
 			rounds := (b.N + batch - 1) / batch
 			enqueue(b, db, rounds*batch)
 			setup(db, rounds)
