@@ -15,6 +15,7 @@ import (
 // that pass's read of the queue; the pass, past its own backoff check,
 // must still not start a second agent for the job at once: the backoff is
 // checked again where the spawn books its resources.
+// Proves B173 (docs/behaviours.md).
 func TestSpawnDuringABackoffIsRefused(t *testing.T) {
 	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
 		backend := &sizes{}
