@@ -249,9 +249,14 @@ func claimSet(alias, agent string) string {
 		pending_reason = NULL, pending_since = NULL, updated_at = ?`, mClaim.to, agent, alias)
 }
 
-// claimBranch selects the oldest claimable jobs of one key (SQLite).
+// claimBranch selects the oldest claimable jobs of one key (SQLite). Its
+// LIMIT, like every SQLite claim's, is written +?: SQLite plans a LIMIT
+// bound to a bare parameter with the bound value, and compiles the
+// statement again whenever that value changes — at every batch of a
+// different size (9% of a claim's CPU in BenchmarkClaimFor). The unary
+// plus hides the value from the planner.
 const claimBranch = `SELECT id FROM jobs WHERE status = 'queued' AND queue_key = ? AND stop = 0
-	AND (expires_at IS NULL OR expires_at > ?) ORDER BY id LIMIT ?`
+	AND (expires_at IS NULL OR expires_at > ?) ORDER BY id LIMIT +?`
 
 // claimBranchPostgres is claimBranch in the order only the jobs_queued
 // index serves (see the migration), so no statistics can turn the claim

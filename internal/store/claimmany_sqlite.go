@@ -45,7 +45,7 @@ func claimSQLiteMany(ctx context.Context, t *txn, keys []string, asks []claimAsk
 	// its agent: an agent's rows, in id order, fill its asks in order,
 	// as the slots were numbered.
 	q := "WITH pick AS (SELECT id, row_number() OVER (ORDER BY id) AS rn FROM (" + strings.Join(branches, " UNION ALL ") +
-		" ORDER BY id LIMIT ?)), who AS (SELECT key + 1 AS rn, value AS agent FROM json_each(?)) " +
+		" ORDER BY id LIMIT +?)), who AS (SELECT key + 1 AS rn, value AS agent FROM json_each(?)) " +
 		"UPDATE jobs SET " + claimSet("", "who.agent") + " FROM pick JOIN who ON who.rn = pick.rn " +
 		"WHERE jobs.id = pick.id AND jobs.status = 'queued' " +
 		"RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at, " +
