@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"crypto/sha1"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -105,7 +108,10 @@ func (g *benchGitHub) contents(w http.ResponseWriter, p string) {
 	slices.Sort(names)
 	entries := make([]map[string]any, 0, len(names))
 	for _, fp := range names {
-		entries = append(entries, map[string]any{"type": "file", "name": path.Base(fp), "path": fp, "size": len(g.files[fp])})
+		// GitHub names each file's git blob, which kiln caches files by.
+		blob := sha1.Sum([]byte(fmt.Sprintf("blob %d\x00%s", len(g.files[fp]), g.files[fp])))
+		entries = append(entries, map[string]any{"type": "file", "name": path.Base(fp), "path": fp, "size": len(g.files[fp]),
+			"sha": hex.EncodeToString(blob[:])})
 	}
 	writeGitHubJSON(w, http.StatusOK, entries)
 }

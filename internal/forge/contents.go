@@ -34,11 +34,13 @@ type contentEntry struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
 	Size int64  `json:"size"`
+	SHA  string `json:"sha"` // the file's git blob id
 }
 
 // readContentsWorkflows reads the workflow files of repo at sha through the
-// contents API, which GitHub and Gitea share.
-func readContentsWorkflows(ctx context.Context, api *apiClient, maxBytes int64, repo, sha string) ([]WorkflowFile, error) {
+// contents API, which GitHub and Gitea share: the directory's listing, then
+// each file blobs does not hold.
+func readContentsWorkflows(ctx context.Context, api *apiClient, blobs *blobCache, maxBytes int64, repo, sha string) ([]WorkflowFile, error) {
 	rp, err := repoPath(repo)
 	if err != nil {
 		return nil, err
@@ -62,12 +64,19 @@ func readContentsWorkflows(ctx context.Context, api *apiClient, maxBytes int64, 
 		return nil, err
 	}
 	return readWorkflows(entries, maxBytes, func(e contentEntry) ([]byte, error) {
+		if b, ok := blobs.get(repo, e.SHA); ok && int64(len(b)) <= maxBytes {
+			return slices.Clone(b), nil
+		}
 		var f fileContent
 		if _, err := api.do(ctx, request{method: http.MethodGet, path: rp + "/contents/" + escapePath(e.Path), query: q}, &f); err != nil {
 			return nil, err
 		}
 		f.Path = e.Path
-		return decodeContent(f, maxBytes)
+		b, err := decodeContent(f, maxBytes)
+		if err == nil {
+			blobs.put(repo, e.SHA, slices.Clone(b))
+		}
+		return b, err
 	})
 }
 

@@ -1,7 +1,9 @@
 package forge
 
 import (
+	"crypto/sha1"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -44,7 +46,8 @@ type fakeForge struct {
 type fakeEntry struct {
 	typ     string // file, symlink, dir
 	content []byte
-	size    int64 // reported size; len(content) when zero
+	size    int64  // reported size; len(content) when zero
+	blob    string // reported blob id; the content's when empty
 }
 
 type fakeFile struct{ name, prev, status string }
@@ -196,9 +199,14 @@ func (f *fakeForge) contentObject(p string, e fakeEntry, withContent bool) map[s
 	if size == 0 {
 		size = int64(len(e.content))
 	}
+	blob := e.blob
+	if blob == "" {
+		sum := sha1.Sum([]byte(fmt.Sprintf("blob %d\x00%s", len(e.content), e.content)))
+		blob = hex.EncodeToString(sum[:])
+	}
 	o := map[string]any{
 		"type": e.typ, "name": path.Base(p), "path": p, "size": size,
-		"sha":          "3d21ec53a331a6f037a91c368710b99387d012c1",
+		"sha":          blob,
 		"url":          f.srv.URL + f.prefix + "/repos/" + fakeRepo + "/contents/" + p,
 		"html_url":     "https://example.test/" + fakeRepo + "/blob/main/" + p,
 		"git_url":      f.srv.URL + f.prefix + "/repos/" + fakeRepo + "/git/blobs/3d21ec5",

@@ -20,6 +20,7 @@ type gitea struct {
 	web   *url.URL
 	maxWF int64
 	clone *CloneConfig
+	blobs *blobCache // workflow files by blob id
 }
 
 func newGitea(name string, c *GiteaConfig, o Options) (*gitea, error) {
@@ -31,7 +32,7 @@ func newGitea(name string, c *GiteaConfig, o Options) (*gitea, error) {
 	api.Path += "/api/v1"
 	tok := c.Token
 	return &gitea{
-		name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone,
+		name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone, blobs: newBlobCache(),
 		api: &apiClient{
 			forge: "Gitea", base: &api, hc: o.HTTPClient, maxBody: o.MaxResponseBytes, now: o.Now,
 			headers: map[string]string{"Accept": "application/json"},
@@ -41,7 +42,7 @@ func newGitea(name string, c *GiteaConfig, o Options) (*gitea, error) {
 }
 
 func (g *gitea) Workflows(ctx context.Context, repo, sha string) ([]WorkflowFile, error) {
-	return readContentsWorkflows(ctx, g.api, g.maxWF, repo, sha)
+	return readContentsWorkflows(ctx, g.api, g.blobs, g.maxWF, repo, sha)
 }
 
 func (g *gitea) ChangedFiles(ctx context.Context, ev *kiln.Event) ([]string, bool, error) {

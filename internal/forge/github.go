@@ -26,6 +26,7 @@ type gitHub struct {
 	api    *apiClient
 	web    *url.URL
 	maxWF  int64
+	blobs  *blobCache // workflow files by blob id
 	tokens func(ctx context.Context) (string, time.Time, error)
 	app    *appTokens // nil for a token source
 	clone  *CloneConfig
@@ -44,7 +45,8 @@ func newGitHub(name string, c *GitHubConfig, o Options) (*gitHub, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gitHub{name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone, postChecks: c.Checks && c.App != nil}
+	g := &gitHub{name: name, web: web, maxWF: o.MaxWorkflowBytes, clone: c.Clone, postChecks: c.Checks && c.App != nil,
+		blobs: newBlobCache()}
 	g.api = &apiClient{
 		forge: "GitHub", base: base, hc: o.HTTPClient, maxBody: o.MaxResponseBytes, now: o.Now,
 		headers: map[string]string{"Accept": gitHubMediaType, "X-GitHub-Api-Version": gitHubAPIVersion},
@@ -83,7 +85,7 @@ func gitHubWebBase(api *url.URL, explicit string) (*url.URL, error) {
 }
 
 func (g *gitHub) Workflows(ctx context.Context, repo, sha string) ([]WorkflowFile, error) {
-	return readContentsWorkflows(ctx, g.api, g.maxWF, repo, sha)
+	return readContentsWorkflows(ctx, g.api, g.blobs, g.maxWF, repo, sha)
 }
 
 func (g *gitHub) ChangedFiles(ctx context.Context, ev *kiln.Event) ([]string, bool, error) {
