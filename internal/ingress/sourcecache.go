@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -41,33 +42,73 @@ func (s *Sources) Repo(ctx context.Context, id string) (*forge.Source, forge.Rep
 	c, ok := s.repos[id]
 	gen := s.gen
 	s.mu.Unlock()
-	if ok && !c.stale && now.Sub(c.checked) < s.trust && s.hearing() {
+	if ok && s.trusted(c, now) {
 		return c.src, c.repo, nil
 	}
 	st, err := s.db.Sources().Get(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
+	c, err = s.remember(st, c, ok, gen, now)
+	return c.src, c.repo, err
+}
+
+// ByName is Repo's cache by a source's name, for the webhook's path: the
+// source's row and configuration, or nil when there is none.
+func (s *Sources) ByName(ctx context.Context, name string) (store.Source, *forge.Source, error) {
+	now := s.now()
+	s.mu.Lock()
+	id, named := s.names[name]
+	c, ok := s.repos[id]
+	gen := s.gen
+	s.mu.Unlock()
+	if named && ok && c.row.Name == name && s.trusted(c, now) {
+		return c.row, c.src, nil
+	}
+	st, err := s.db.Sources().GetByName(ctx, name)
+	if kiln.ErrorCode(err) == kiln.CodeNotFound {
+		return store.Source{}, nil, nil
+	}
+	if err != nil {
+		return store.Source{}, nil, err
+	}
+	s.mu.Lock()
+	c, ok = s.repos[st.ID]
+	s.mu.Unlock()
+	c, err = s.remember(st, c, ok, gen, now)
+	return st, c.src, err
+}
+
+// trusted reports whether c may be used without reading its row.
+func (s *Sources) trusted(c cachedRepo, now time.Time) bool {
+	return !c.stale && now.Sub(c.checked) < s.trust && s.hearing()
+}
+
+// remember caches the row st, read after the invalidation count was gen:
+// its client is rebuilt when its configuration changed since c (which
+// ok says is cached), kept otherwise.
+func (s *Sources) remember(st store.Source, c cachedRepo, ok bool, gen uint64, now time.Time) (cachedRepo, error) {
 	if !ok || c.updated != st.UpdatedAt.UnixNano() || c.config != string(st.Config) {
 		fs, err := Decode(st)
 		if err != nil {
-			return nil, nil, err
+			return cachedRepo{}, err
 		}
 		repo, err := forge.NewRepo(fs, s.opts)
 		if err != nil {
-			return nil, nil, err
+			return cachedRepo{}, err
 		}
 		c = cachedRepo{updated: st.UpdatedAt.UnixNano(), config: string(st.Config), src: fs,
 			repo: forge.WithWorkflowCache(repo, workflowCacheBytes)}
 	}
-	c.checked = now
+	c.row, c.checked = st, now
 	s.mu.Lock()
 	// An invalidation while the row was read: the row may predate the
 	// write it announced. Use it this once; the next use reads again.
 	c.stale = s.gen != gen
-	s.repos[id] = c
+	s.repos[st.ID] = c
+	s.names[st.Name] = st.ID
 	s.mu.Unlock()
-	return c.src, c.repo, nil
+	return c, nil
 }
 
 // hearing reports whether every write of a source reaches Forget.

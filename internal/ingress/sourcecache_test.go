@@ -58,6 +58,14 @@ func TestSourceWriteReachesTheOtherServerOnPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The webhook's lookup by name follows the same cache.
+		st, byName, err := s.ByName(ctx, "gh")
+		if err != nil || byName == nil || st.ID != created.ID {
+			t.Fatalf("ByName: %v, %v, %v", st.ID, byName, err)
+		}
+		if byName.GitHub.Clone.Token != fs.GitHub.Clone.Token {
+			t.Fatalf("by name %q, by id %q", byName.GitHub.Clone.Token, fs.GitHub.Clone.Token)
+		}
 		return fs.GitHub.Clone.Token
 	}
 	update := func(tok string) {
@@ -109,6 +117,42 @@ func TestSourceWriteReachesTheOtherServerOnPostgres(t *testing.T) {
 	}
 	if _, _, err := a.Repo(ctx, created.ID); kiln.ErrorCode(err) != kiln.CodeNotFound {
 		t.Fatalf("the writing server's next use of a removed source: %v", err)
+	}
+	if _, fs, err := a.ByName(ctx, "gh"); err != nil || fs != nil {
+		t.Fatalf("the writing server's lookup of a removed source by name: %v, %v", fs, err)
+	}
+}
+
+// A renamed source is found under its new name only, at once on the
+// server that renamed it (B282).
+func TestSourceRenameReachesByName(t *testing.T) {
+	db := storetest.New(t)
+	s := NewSources(db, forge.Options{})
+	st, err := Encode(cloneSource("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := db.Sources().Create(t.Context(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, fs, err := s.ByName(t.Context(), "gh"); err != nil || fs == nil || got.ID != created.ID {
+		t.Fatalf("ByName(gh) = %v, %v, %v", got.ID, fs, err)
+	}
+	renamed := cloneSource("tok")
+	renamed.Name = "gh2"
+	if st, err = Encode(renamed); err != nil {
+		t.Fatal(err)
+	}
+	st.ID = created.ID
+	if err := db.Sources().Update(t.Context(), st); err != nil {
+		t.Fatal(err)
+	}
+	if _, fs, err := s.ByName(t.Context(), "gh"); err != nil || fs != nil {
+		t.Fatalf("the old name still answers: %v, %v", fs, err)
+	}
+	if got, fs, err := s.ByName(t.Context(), "gh2"); err != nil || fs == nil || got.ID != created.ID || fs.Name != "gh2" {
+		t.Fatalf("ByName(gh2) = %v, %v, %v", got.ID, fs, err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/forge"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -35,9 +33,11 @@ type Sources struct {
 	// older than the write, and is not trusted.
 	gen   uint64
 	repos map[string]cachedRepo // by source id
+	names map[string]string     // source ids by name, for ByName
 }
 
 type cachedRepo struct {
+	row     store.Source // as last read
 	updated int64
 	config  string // two updates within a millisecond share updated
 	src     *forge.Source
@@ -58,7 +58,7 @@ func NewSources(db *store.DB, opts forge.Options) *Sources {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Sources{db: db, opts: opts, log: log, now: time.Now, trust: SourceTrust,
-		shared: db.Dialect() == "postgres", repos: map[string]cachedRepo{}}
+		shared: db.Dialect() == "postgres", repos: map[string]cachedRepo{}, names: map[string]string{}}
 	db.WatchSources(s.Forget)
 	return s
 }
@@ -80,17 +80,4 @@ func Encode(fs *forge.Source) (store.Source, error) {
 		return store.Source{}, err
 	}
 	return store.Source{Kind: fs.Kind, Name: fs.Name, Config: raw}, nil
-}
-
-// ByName returns a source's configuration, or nil when there is none.
-func (s *Sources) ByName(ctx context.Context, name string) (store.Source, *forge.Source, error) {
-	st, err := s.db.Sources().GetByName(ctx, name)
-	if kiln.ErrorCode(err) == kiln.CodeNotFound {
-		return store.Source{}, nil, nil
-	}
-	if err != nil {
-		return store.Source{}, nil, err
-	}
-	fs, err := Decode(st)
-	return st, fs, err
 }
