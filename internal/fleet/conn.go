@@ -47,6 +47,8 @@ type conn struct {
 	unauth *unauthSlot
 	// lastSeq is the seq of the last durable frame read.
 	lastSeq uint64
+	// acks is the acknowledgement of stored frames not sent yet.
+	acks lazyAck
 }
 
 func (c *conn) tokenID() string { return c.token.ID }
@@ -262,5 +264,8 @@ func (c *conn) close(cause closeCause) {
 	if len(reason) > 123 { // the protocol's limit for a close reason
 		reason = reason[:123]
 	}
-	c.f.closers.Go(func() { _ = c.ws.Close(code, reason) })
+	c.f.closers.Go(func() {
+		c.flushAck() // what was stored is acknowledged before the close
+		_ = c.ws.Close(code, reason)
+	})
 }

@@ -42,6 +42,13 @@ func (c *corkConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// isCorked reports whether writes are held.
+func (c *corkConn) isCorked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.corked
+}
+
 // cork holds writes until uncork.
 func (c *corkConn) cork() {
 	c.mu.Lock()

@@ -63,7 +63,7 @@ func (c *conn) next() (closeCause, bool) {
 		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
 	}
 	if seq > 0 {
-		c.sendAck(seq)
+		c.ack(seq)
 	}
 	return closeCause{}, true
 }

@@ -323,6 +323,7 @@ type client struct {
 	in      chan proto.Message
 	errs    chan *proto.Error
 	acked   atomic.Uint64
+	acks    atomic.Int64 // ack frames received
 	done    chan struct{}
 	readErr error
 	seq     uint64
@@ -359,6 +360,7 @@ func (c *client) readLoop() {
 		switch m := m.(type) {
 		case *proto.Ack:
 			c.acked.Store(m.Seq)
+			c.acks.Add(1)
 		case *proto.Error:
 			select {
 			case c.errs <- m:
