@@ -155,6 +155,14 @@ func (r *rawAgent) refused() (proto.Error, int, string) {
 			}
 			continue
 		case <-r.done:
+			// The reader queued every frame before the close ended it,
+			// but select picks at random among ready cases: take those
+			// still queued.
+			for len(r.frames) > 0 {
+				if pe, ok := (<-r.frames).(*proto.Error); ok {
+					e = *pe
+				}
+			}
 		case <-time.After(20 * time.Second):
 			r.t.Fatal("the orchestrator did not close the connection within 20s")
 		}
