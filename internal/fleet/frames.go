@@ -25,6 +25,7 @@ func (c *conn) next() (closeCause, bool) {
 	if !ok {
 		return cause, false
 	}
+	c.pauseAck()
 	a := c.agent.Load()
 	if proto.Durable(m.Type()) {
 		if seq <= c.lastSeq {
@@ -62,9 +63,7 @@ func (c *conn) next() (closeCause, bool) {
 		c.sendError(proto.ErrInternal, "the orchestrator could not store the report; the agent will replay it")
 		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
 	}
-	if seq > 0 {
-		c.ack(seq)
-	}
+	c.ack(seq)
 	return closeCause{}, true
 }
 
