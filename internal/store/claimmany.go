@@ -45,6 +45,14 @@ func (q Queue) ClaimFor(ctx context.Context, asks []ClaimAsk) ([][]Claimed, erro
 		if err != nil {
 			return err
 		}
+		// The keys this transaction queued may be newer than the cache:
+		// an inline claim after a run's creation then needs no read of
+		// the queue's keys (a round trip on PostgreSQL) to find them.
+		for _, k := range t.queuedKeys {
+			if !slices.Contains(keys, k) {
+				keys = append(slices.Clip(keys), k)
+			}
+		}
 		tried := make([][]string, len(asks))
 		for _, g := range groupAsks(asks, keys, tried) {
 			cas := make([]claimAsk, len(g.idx))

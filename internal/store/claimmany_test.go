@@ -218,3 +218,33 @@ func TestClaimsReturnTheQueueTime(t *testing.T) {
 		check("ClaimJob", []store.Claimed{*c}, nil)
 	})
 }
+
+// A claim in the transaction that created a run (a webhook's inline claim)
+// finds the keys the run queued without reading the queue's keys again,
+// even when the cached keys predate them.
+func TestClaimForSeesTheKeysItsTransactionQueued(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		if got := claimFor(t, db, []store.ClaimAsk{{AgentID: "a", Labels: linux, Slots: 1}}); len(got[0]) != 0 {
+			t.Fatalf("claimed %d jobs from an empty queue", len(got[0]))
+		}
+		read := store.TrustKeys(db) // the cache knows no key, and is trusted
+		var got [][]store.Claimed
+		err := db.Update(ctx, func(tx *store.Tx) error {
+			if _, err := tx.Runs().Create(ctx, newRun(job("j0"))); err != nil {
+				return err
+			}
+			var err error
+			got, err = tx.Queue().ClaimFor(ctx, []store.ClaimAsk{{AgentID: "a", Labels: linux, Slots: 1}})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got[0]) != 1 || got[0][0].Name != "j0" {
+			t.Fatalf("the inline claim got %v, want j0", got[0])
+		}
+		if !store.KeysReadAt(db).Equal(read) {
+			t.Fatal("the claim read the queue's keys again to find the key its own transaction queued")
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -247,6 +248,9 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 				HasDependents: hasDependents[j.Base], Status: r.status})
 			if r.status == kiln.JobQueued {
 				t.event(runID, id, EventReleased, "queued for "+describeKey(r.key))
+				if !slices.Contains(t.queuedKeys, r.key) {
+					t.queuedKeys = append(t.queuedKeys, r.key)
+				}
 			}
 		}
 		if j.Reuse != nil {

@@ -212,6 +212,10 @@ type txn struct {
 	// sources are the ids of the sources the transaction wrote, for the
 	// DB's WatchSources callbacks once it ended.
 	sources []string
+	// queuedKeys are the queue keys of the jobs the transaction's new runs
+	// queued: a claim later in it (a run's inline claim) knows them
+	// without reading the queue's keys.
+	queuedKeys []string
 }
 
 func (t *txn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
