@@ -105,6 +105,7 @@ func (f *Fleet) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		defer slot.release()
 		ws.SetReadLimit(MaxUnauthenticatedFrameBytes) // until it authenticates
 		c := &conn{f: f, ws: ws, net: nc, id: uuid.NewString(), done: make(chan struct{}), unauth: slot}
+		defer c.stopAcks() // no ack timer outlives the connection's reader
 		c.lastSeen.Store(f.now().UnixNano())
 		f.reg.addConn(c)
 		f.stats.connects.Add(1)

@@ -6,14 +6,14 @@ import (
 )
 
 // ackDelay bounds how long an agent waits for the acknowledgement of a
-// durable frame the orchestrator has stored, while it sends nothing more
-// (a frame it sends meanwhile is acknowledged with it, when handled). Acknowledgements are
-// cumulative, so one covers every frame stored before it: an agent
-// streaming logs, or ending a job just after starting it, gets one ack
-// for the lot instead of one write(2) per frame — each a socket write
-// on the server and a wake-up of the agent's reader. An ack also leaves
-// at once with any write the reader corked (a job's end and the agent's
-// next job).
+// durable frame the orchestrator has stored, while the agent sends nothing
+// more (a frame it sends meanwhile is acknowledged with it, once handled).
+// Acknowledgements are cumulative, so one covers every frame stored before
+// it: an agent streaming logs, or ending a job just after starting it,
+// gets one ack for the lot instead of one write(2) per frame — each a
+// socket write on the server and a wake-up of the agent's reader. An ack
+// also leaves at once with any write the reader corked (a job's end and
+// the agent's next job).
 const ackDelay = 5 * time.Millisecond
 
 // lazyAck is a connection's acknowledgement not sent yet.
@@ -80,5 +80,16 @@ func (c *conn) flushAck() {
 		seq := a.seq
 		a.seq = 0
 		c.sendAck(seq)
+	}
+}
+
+// stopAcks stops the ack timer once the connection's reader is done; a
+// close with a code sends what is pending first (conn.close).
+func (c *conn) stopAcks() {
+	a := &c.acks
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.timer != nil {
+		a.timer.Stop()
 	}
 }
