@@ -157,6 +157,10 @@ func (f *Fleet) ackTimedOut(jobs []store.SweptJob) {
 		if a == nil {
 			continue
 		}
+		// The agent is lost before its slot is freed: the requeue just
+		// committed wakes the dispatcher, which would otherwise hand the
+		// job straight back to the agent being disconnected (B30).
+		a.lost.Store(true)
 		a.finish(j.JobID, j.Epoch)
 		if seen[a.id] {
 			continue
