@@ -118,3 +118,79 @@ func TestAgentSweepUsesTheAgentIndex(t *testing.T) {
 		}
 	})
 }
+
+// TestStartPlanFindsJobsByKey: a batch's start names its jobs, and
+// PostgreSQL's generic plan finds them by primary key, not through a
+// bitmap of the partial indexes of every dispatched job (jobs_agent,
+// jobs_ack: thousands of entries at 100 agents, most of the start's time
+// before the rows are read).
+func TestStartPlanFindsJobsByKey(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		if db.Dialect() != "postgres" {
+			t.Skip("PostgreSQL's generic plan")
+		}
+		for r := 0; r < 10; r++ {
+			var jobs []store.NewJob
+			for i := 0; i < 200; i++ {
+				jobs = append(jobs, job(fmt.Sprintf("j%d", i)))
+			}
+			mustCreate(t, db, newRun(jobs...))
+		}
+		var ids []string
+		for a := 0; a < 40; a++ {
+			cs, err := db.Queue().Claim(ctx, fmt.Sprintf("agent-%d", a), linux, 25)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				ids = append(ids, "'"+c.JobID+"'")
+			}
+		}
+		if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
+			t.Fatal(err)
+		}
+		q := store.StartSQLPostgres()
+		for i := 1; strings.Contains(q, "?"); i++ {
+			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
+		}
+		conn, err := db.SQL().Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// The test's table is small enough to read whole; a fleet's is
+		// not. Among the index paths, the plan must take the key.
+		if _, err := conn.ExecContext(ctx, "SET enable_seqscan = off"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "PREPARE start_batch AS "+q); err != nil {
+			t.Fatal(err)
+		}
+		epochs := strings.TrimSuffix(strings.Repeat("1,", 32), ",")
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
+				t.Fatal(err)
+			}
+			list := "ARRAY[" + strings.Join(ids[:32], ",") + "]"
+			rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE start_batch (0, 0, 0, "+list+", "+list+", ARRAY["+epochs+"])")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan strings.Builder
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			rows.Close()
+			if p := plan.String(); !strings.Contains(p, "jobs_pkey") || strings.Contains(p, "jobs_agent") || strings.Contains(p, "jobs_ack") {
+				t.Fatalf("%s: the start does not find its jobs by primary key:\n%s", mode, p)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "DEALLOCATE start_batch; RESET plan_cache_mode; RESET enable_seqscan"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -46,3 +46,10 @@ func TrustKeys(db *DB) time.Time {
 	db.keys.at = time.Now().Add(time.Hour)
 	return db.keys.at
 }
+
+// StartSQLPostgres is a batch's start on PostgreSQL, for the plan test.
+func StartSQLPostgres() string {
+	in, _ := postgresDialect{}.oneOf("id", nil)
+	leased, _ := postgresDialect{}.pairOf("id", "lease_epoch", nil, nil)
+	return startSQL(in + " AND " + leased)
+}

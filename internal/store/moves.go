@@ -82,6 +82,17 @@ func (m move) legal() error {
 
 // statusList renders statuses as SQL literals. Statuses are package
 // constants, never input, and literals let partial indexes apply.
+// listedStatus is the status check of a statement that names its rows by
+// id: "status IN (…)" with the column hidden from the planner, so that
+// PostgreSQL finds the rows by primary key. Every status is in the
+// predicate of a partial index (jobs_agent, jobs_ack, …), and its generic
+// plan for a batch's start ANDed a bitmap of such an index — thousands of
+// entries at 100 agents, 0.6–1.6 ms of the committer's ~10 ms batch
+// (auto_explain) — with the few rows the ids name.
+func listedStatus(ss []kiln.JobStatus) string {
+	return "status || '' IN (" + statusList(ss) + ")"
+}
+
 func statusList(ss []kiln.JobStatus) string {
 	parts := make([]string, len(ss))
 	for i, s := range ss {
@@ -139,8 +150,8 @@ func (t *txn) move(ctx context.Context, m move, c change) ([]movedJob, error) {
 			args = append(args, c.args...)
 		}
 		in, inArgs := t.db.dialect.oneOf("id", ids)
-		fmt.Fprintf(&b, " WHERE %s AND status IN (%s) %s RETURNING %s",
-			in, statusList(m.from), c.where, movedCols)
+		fmt.Fprintf(&b, " WHERE %s AND %s %s RETURNING %s",
+			in, listedStatus(m.from), c.where, movedCols)
 		args = append(args, inArgs...)
 		args = append(args, c.wargs...)
 		rows, err := t.query(ctx, b.String(), args...)

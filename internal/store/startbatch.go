@@ -76,12 +76,12 @@ func (t *txn) startChunk(ctx context.Context, chunk []Lease, started map[Lease]b
 	for i, l := range chunk {
 		ids[i], epochs[i] = l.JobID, l.Epoch
 	}
+	// The ids alone, besides the pairs, let PostgreSQL estimate the rows
+	// it will find (as a completion's move does): it reads them by key.
+	in, inArgs := t.db.dialect.oneOf("id", ids)
 	leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
-	args := append([]any{ms(t.now), ms(t.now), ms(t.now)}, pairs...)
-	rows, err := t.query(ctx, fmt.Sprintf(`UPDATE jobs SET status = '%s', updated_at = ?, ack_deadline = NULL, started_at = ?,
-		last_heartbeat_at = ? WHERE status IN (%s) AND %s
-		RETURNING id, lease_epoch, run_id, (SELECT status FROM runs WHERE runs.id = jobs.run_id)`,
-		mStart.to, statusList(mStart.from), leased), args...)
+	args := append(append([]any{ms(t.now), ms(t.now), ms(t.now)}, inArgs...), pairs...)
+	rows, err := t.query(ctx, startSQL(in+" AND "+leased), args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mStart.name, err)
 	}
@@ -100,6 +100,14 @@ func (t *txn) startChunk(ctx context.Context, chunk []Lease, started map[Lease]b
 		}
 	}
 	return pending, rows.Err()
+}
+
+// startSQL is a batch's start, its jobs named by leased.
+func startSQL(leased string) string {
+	return fmt.Sprintf(`UPDATE jobs SET status = '%s', updated_at = ?, ack_deadline = NULL, started_at = ?,
+		last_heartbeat_at = ? WHERE %s AND %s
+		RETURNING id, lease_epoch, run_id, (SELECT status FROM runs WHERE runs.id = jobs.run_id)`,
+		mStart.to, listedStatus(mStart.from), leased)
 }
 
 // startRefused answers a start that moved nothing: nil for a start
