@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -18,13 +19,7 @@ func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
 		if db.Dialect() != "postgres" {
 			t.Skip("SQLite plans by its indexes; the statistics trap is PostgreSQL's")
 		}
-		for r := 0; r < 10; r++ {
-			var jobs []store.NewJob
-			for i := 0; i < 200; i++ {
-				jobs = append(jobs, job(fmt.Sprintf("j%d", i)))
-			}
-			mustCreate(t, db, newRun(jobs...))
-		}
+		queueRuns(t, db, 10, 200)
 		if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
 			t.Fatal(err)
 		}
@@ -51,20 +46,7 @@ func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
 			if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE claim_branch ('"+strings.ReplaceAll(key, "'", "''")+"', 0, 32)")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var plan strings.Builder
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan.WriteString(line + "\n")
-			}
-			rows.Close()
-			if p := plan.String(); !strings.Contains(p, "Index Scan using jobs_queued") || strings.Contains(p, "Sort") || strings.Contains(p, "jobs_pkey") {
+			if p := explain(t, conn, "EXECUTE claim_branch ('"+strings.ReplaceAll(key, "'", "''")+"', 0, 32)"); !strings.Contains(p, "Index Scan using jobs_queued") || strings.Contains(p, "Sort") || strings.Contains(p, "jobs_pkey") {
 				t.Fatalf("%s: the claim is not an ordered scan of jobs_queued:\n%s", mode, p)
 			}
 		}
@@ -129,13 +111,7 @@ func TestStartPlanFindsJobsByKey(t *testing.T) {
 		if db.Dialect() != "postgres" {
 			t.Skip("PostgreSQL's generic plan")
 		}
-		for r := 0; r < 10; r++ {
-			var jobs []store.NewJob
-			for i := 0; i < 200; i++ {
-				jobs = append(jobs, job(fmt.Sprintf("j%d", i)))
-			}
-			mustCreate(t, db, newRun(jobs...))
-		}
+		queueRuns(t, db, 10, 200)
 		var ids []string
 		for a := 0; a < 40; a++ {
 			cs, err := db.Queue().Claim(ctx, fmt.Sprintf("agent-%d", a), linux, 25)
@@ -172,20 +148,7 @@ func TestStartPlanFindsJobsByKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			list := "ARRAY[" + strings.Join(ids[:32], ",") + "]"
-			rows, err := conn.QueryContext(ctx, "EXPLAIN EXECUTE start_batch (0, 0, 0, "+list+", "+list+", ARRAY["+epochs+"])")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var plan strings.Builder
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan.WriteString(line + "\n")
-			}
-			rows.Close()
-			if p := plan.String(); !strings.Contains(p, "jobs_pkey") || strings.Contains(p, "jobs_agent") || strings.Contains(p, "jobs_ack") {
+			if p := explain(t, conn, "EXECUTE start_batch (0, 0, 0, "+list+", "+list+", ARRAY["+epochs+"])"); !strings.Contains(p, "jobs_pkey") || strings.Contains(p, "jobs_agent") || strings.Contains(p, "jobs_ack") {
 				t.Fatalf("%s: the start does not find its jobs by primary key:\n%s", mode, p)
 			}
 		}
@@ -193,4 +156,38 @@ func TestStartPlanFindsJobsByKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// explain returns PostgreSQL's plan for stmt on conn, one line per row.
+func explain(t *testing.T, conn *sql.Conn, stmt string) string {
+	t.Helper()
+	rows, err := conn.QueryContext(ctx, "EXPLAIN "+stmt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
+}
+
+// queueRuns creates runs of jobs root jobs each, every one queued.
+func queueRuns(t *testing.T, db *store.DB, runs, jobs int) {
+	t.Helper()
+	for r := 0; r < runs; r++ {
+		var js []store.NewJob
+		for i := 0; i < jobs; i++ {
+			js = append(js, job(fmt.Sprintf("j%d", i)))
+		}
+		mustCreate(t, db, newRun(js...))
+	}
 }
