@@ -1,11 +1,8 @@
 package bench
 
 import (
-	"crypto/sha1"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kilnci/kiln/internal/forge"
 )
 
 // benchGitHub answers the few GitHub REST calls a kiln server makes for
@@ -109,9 +108,8 @@ func (g *benchGitHub) contents(w http.ResponseWriter, p string) {
 	entries := make([]map[string]any, 0, len(names))
 	for _, fp := range names {
 		// GitHub names each file's git blob, which kiln caches files by.
-		blob := sha1.Sum([]byte(fmt.Sprintf("blob %d\x00%s", len(g.files[fp]), g.files[fp])))
 		entries = append(entries, map[string]any{"type": "file", "name": path.Base(fp), "path": fp, "size": len(g.files[fp]),
-			"sha": hex.EncodeToString(blob[:])})
+			"sha": forge.BlobID([]byte(g.files[fp]))})
 	}
 	writeGitHubJSON(w, http.StatusOK, entries)
 }

@@ -45,16 +45,21 @@ func (c *blobCache) put(repo, id string, content []byte) {
 // isBlob reports whether content is the git blob named id: the SHA-1 (or,
 // in a SHA-256 repository, SHA-256) of "blob <size>\x00<content>", in hex.
 func isBlob(id string, content []byte) bool {
-	var h hash.Hash
 	switch len(id) {
 	case 2 * sha1.Size:
-		h = sha1.New()
+		return blobID(sha1.New(), content) == id
 	case 2 * sha256.Size:
-		h = sha256.New()
-	default:
-		return false
+		return blobID(sha256.New(), content) == id
 	}
+	return false
+}
+
+// BlobID is content's git blob id in a SHA-1 repository, as the contents
+// API lists it (`sha`).
+func BlobID(content []byte) string { return blobID(sha1.New(), content) }
+
+func blobID(h hash.Hash, content []byte) string {
 	h.Write([]byte("blob " + strconv.Itoa(len(content)) + "\x00"))
 	h.Write(content)
-	return hex.EncodeToString(h.Sum(nil)) == id
+	return hex.EncodeToString(h.Sum(nil))
 }

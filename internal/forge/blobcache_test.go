@@ -61,6 +61,9 @@ func TestIsBlob(t *testing.T) {
 		!isBlob("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391", nil) {
 		t.Error("a git blob id was not recognised")
 	}
+	if got := BlobID([]byte("hello\n")); got != "ce013625030ba8dba906f756967f9e9ca394464a" {
+		t.Errorf("BlobID(hello) = %s, want git hash-object's", got)
+	}
 	// git hash-object --object-format=sha256 of "hello\n".
 	if !isBlob("2cf8d83d9ee29543b34a87727421fdecb7e3f3a183d337639025de576db9ebb4", []byte("hello\n")) {
 		t.Error("a SHA-256 blob id was not recognised")

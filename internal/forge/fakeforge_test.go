@@ -1,9 +1,7 @@
 package forge
 
 import (
-	"crypto/sha1"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -201,8 +199,7 @@ func (f *fakeForge) contentObject(p string, e fakeEntry, withContent bool) map[s
 	}
 	blob := e.blob
 	if blob == "" {
-		sum := sha1.Sum([]byte(fmt.Sprintf("blob %d\x00%s", len(e.content), e.content)))
-		blob = hex.EncodeToString(sum[:])
+		blob = BlobID(e.content)
 	}
 	o := map[string]any{
 		"type": e.typ, "name": path.Base(p), "path": p, "size": size,

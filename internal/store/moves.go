@@ -80,8 +80,6 @@ func (m move) legal() error {
 	return nil
 }
 
-// statusList renders statuses as SQL literals. Statuses are package
-// constants, never input, and literals let partial indexes apply.
 // listedStatus is the status check of a statement that names its rows by
 // id: "status IN (…)" with the column hidden from the planner, so that
 // PostgreSQL finds the rows by primary key. Every status is in the
@@ -93,6 +91,8 @@ func listedStatus(ss []kiln.JobStatus) string {
 	return "status || '' IN (" + statusList(ss) + ")"
 }
 
+// statusList renders statuses as SQL literals. Statuses are package
+// constants, never input, and literals let partial indexes apply.
 func statusList(ss []kiln.JobStatus) string {
 	parts := make([]string, len(ss))
 	for i, s := range ss {

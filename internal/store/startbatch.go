@@ -102,12 +102,12 @@ func (t *txn) startChunk(ctx context.Context, chunk []Lease, started map[Lease]b
 	return pending, rows.Err()
 }
 
-// startSQL is a batch's start, its jobs named by leased.
-func startSQL(leased string) string {
+// startSQL is a batch's start of the jobs that match named.
+func startSQL(named string) string {
 	return fmt.Sprintf(`UPDATE jobs SET status = '%s', updated_at = ?, ack_deadline = NULL, started_at = ?,
 		last_heartbeat_at = ? WHERE %s AND %s
 		RETURNING id, lease_epoch, run_id, (SELECT status FROM runs WHERE runs.id = jobs.run_id)`,
-		mStart.to, listedStatus(mStart.from), leased)
+		mStart.to, listedStatus(mStart.from), named)
 }
 
 // startRefused answers a start that moved nothing: nil for a start
