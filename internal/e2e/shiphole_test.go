@@ -23,6 +23,8 @@ jobs:
     steps:
       - run: |
           for i in $(seq 1 20); do echo "line $i"; done
+          sleep 1
+          echo "acknowledged by now"
           for i in $(seq 1 1200); do [ -f "$GATE" ] && break; sleep 0.05; done
           for i in $(seq 21 40); do echo "line $i"; done
         env: {GATE: "%s"}
@@ -36,6 +38,12 @@ jobs:
 // restarts, with the same hour-long interval, and ships them at start
 // although B's later lines are in the bucket already: `kiln logs` on B
 // prints lines 1..40, each once, in order, and so does the API on A.
+//
+// A acknowledges stored frames lazily (within the fleet's ackDelay, 5 ms),
+// so "line 20" on A's disk does not yet mean the agent holds its ack: were
+// A killed then, the agent would rightly replay lines 1..20 to B. The step
+// therefore pauses a second before its marker line, and A is killed once
+// the marker is on its disk: by then the ack for lines 1..20 went out.
 //
 // Proves B153 (docs/behaviours.md).
 func TestLinesOfAKilledServerAreShippedWhenItRestarts(t *testing.T) {
@@ -70,10 +78,10 @@ func TestLinesOfAKilledServerAreShippedWhenItRestarts(t *testing.T) {
 	run := triggerOne(t, ca, "app")
 	job := waitJob(t, cb, run.ID, "build", 30*time.Second, "running on A's agent", jobIs(kiln.JobRunning))
 	files := filepath.Join(srvA.dataDir, "logs", run.ID, job.ID, "e*", "0.jsonl")
-	waittest.UntilState(t, 30*time.Second, "A to store line 20", func() (bool, string) {
+	waittest.UntilState(t, 30*time.Second, "A to store line 20 and the marker after it", func() (bool, string) {
 		m, _ := filepath.Glob(files)
 		for _, f := range m {
-			if b, _ := os.ReadFile(f); strings.Contains(string(b), `"line 20"`) {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), `"acknowledged by now"`) {
 				return true, ""
 			}
 		}
