@@ -35,12 +35,16 @@ type agent struct {
 	mu       sync.Mutex
 	jobs     map[string]*job // running, and finished until their final status is acknowledged
 	draining bool
-	stopping bool
-	sess     *session      // the registered connection; nil when there is none
-	servers  []string      // known coordinators (failover.go); empty: only url
-	cur      int           // index in servers of the next attempt
-	change   chan struct{} // closed and replaced whenever jobs, drain or stop change
-	lease    lease
+	// announcing holds the finisher back while a drain's agent.status is
+	// being written: a finisher woken by some other change would otherwise
+	// see the drain and close the connection before the status left.
+	announcing bool
+	stopping   bool
+	sess       *session      // the registered connection; nil when there is none
+	servers    []string      // known coordinators (failover.go); empty: only url
+	cur        int           // index in servers of the next attempt
+	change     chan struct{} // closed and replaced whenever jobs, drain or stop change
+	lease      lease
 }
 
 var (
@@ -244,12 +248,15 @@ func (a *agent) drain(why string) {
 		a.mu.Unlock()
 		return
 	}
-	a.draining = true
+	a.draining, a.announcing = true, true
 	running := a.runningLocked()
 	a.mu.Unlock()
 	a.log.Info("draining: finishing running jobs, taking no new ones", "why", why, "running", running)
-	a.sendStatus() // before the change wakes the finisher, which may close the connection
-	a.notify()
+	a.sendStatus()
+	a.mu.Lock()
+	a.announcing = false
+	a.changedLocked() // the finisher may close the connection now
+	a.mu.Unlock()
 }
 
 func (a *agent) notify() {
@@ -295,7 +302,7 @@ func (a *agent) finished() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
-	case !a.draining:
+	case !a.draining, a.announcing:
 		return false
 	case a.stopping && a.sess == nil:
 		return a.runningLocked() == 0
