@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,15 +82,17 @@ func TestLoginSessionLogoutAndRevocation(t *testing.T) {
 
 // B300: a session lasts dashboard.session_ttl.
 func TestSessionExpires(t *testing.T) {
-	now := time.Now()
-	clock := func() time.Time { return now }
-	db := storetest.New(t, storetest.ReleaseWith(engine.Release), storetest.WithClock(func() time.Time { return clock() }))
+	// The store's writer reads the clock from its own goroutine.
+	start := time.Now()
+	var later atomic.Int64
+	clock := func() time.Time { return start.Add(time.Duration(later.Load())) }
+	db := storetest.New(t, storetest.ReleaseWith(engine.Release), storetest.WithClock(clock))
 	d := newDash(t, db, web.Config{SessionTTL: time.Hour})
 	c := d.login(t, d.token(t, "bob", store.RoleAdmin))
 	if code, _ := get(t, c, d.URL+"/runs"); code != http.StatusOK {
 		t.Fatalf("fresh session: %d", code)
 	}
-	now = now.Add(61 * time.Minute)
+	later.Store(int64(61 * time.Minute))
 	if code, _ := get(t, c, d.URL+"/runs"); code != http.StatusSeeOther {
 		t.Fatalf("a session past its TTL still serves pages (%d)", code)
 	}
