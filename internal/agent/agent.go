@@ -259,12 +259,6 @@ func (a *agent) drain(why string) {
 	a.mu.Unlock()
 }
 
-func (a *agent) notify() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.changedLocked()
-}
-
 // hardStop force-cancels every running job; Run returns once their last
 // frames are acknowledged, or StopTimeout later.
 func (a *agent) hardStop() {

@@ -49,6 +49,12 @@ type op struct {
 	// start, instead of run, moves a job its agent began to running:
 	// consecutive starts in a batch go to the store as one StartBatch.
 	start *store.Lease
+	// startOf, with complete, is the start of the same job handed in the
+	// same batch (merge): the completion stores both in one move, and
+	// startErr is the start's result.
+	startOf  *op
+	startErr error
+	folded   bool // a start merged into its completion: it runs with it
 }
 
 var errStopped = errors.New("fleet: the orchestrator is shutting down")
@@ -113,15 +119,16 @@ func (cm *committer) completeJob(c store.Completion, chunks []store.Chunk, next 
 	return o.claimed, nil
 }
 
-// startJob moves a job its agent began to running and waits for the
-// result: nil, or the store's refusal. Starts waiting in one batch commit
-// in one statement (StartBatch).
-func (cm *committer) startJob(l store.Lease) error {
+// startJobAsync hands in the move of a job its agent began to running;
+// its result (nil, or the store's refusal) arrives on the op's done.
+// Starts waiting in one batch commit in one statement (StartBatch), and a
+// start whose job's end is in the same batch rides with that end (merge).
+func (cm *committer) startJobAsync(l store.Lease) (*op, error) {
 	o := &op{start: &l, done: make(chan error, 1)}
 	if err := cm.submit(o); err != nil {
-		return err
+		return nil, err
 	}
-	return <-o.done
+	return o, nil
 }
 
 // async runs fn without waiting.
@@ -165,8 +172,42 @@ func (cm *committer) run(ctx context.Context) {
 			}
 		}
 		alike(batch)
+		batch = merge(batch)
 		cm.commit(ctx, batch)
 	}
+}
+
+// merge folds each start into the completion of the same job when both
+// are in one stretch of reports (after alike, so the start is first): the
+// job moves from dispatched to its end in one update instead of two. An
+// agent hands in a job's end right after its start without waiting for
+// the start's commit (gateStart), so for a job that ends at once — every
+// no-op job at saturation — both land in one batch. On PostgreSQL a job's
+// update touches every index whose predicate names its status; the start's
+// was ~80 µs of the committer's ~330 µs per job.
+func merge(batch []*op) []*op {
+	for i := 0; i < len(batch); {
+		j := i
+		var starts map[store.Lease]*op
+		for ; j < len(batch) && batch[j].run == nil; j++ {
+			switch o := batch[j]; {
+			case o.start != nil:
+				if starts == nil {
+					starts = map[store.Lease]*op{}
+				}
+				if _, dup := starts[*o.start]; !dup {
+					starts[*o.start] = o
+				}
+			case o.complete != nil && starts != nil:
+				if s := starts[o.complete.Lease]; s != nil {
+					o.startOf, s.folded = s, true
+					delete(starts, o.complete.Lease)
+				}
+			}
+		}
+		i = j + 1
+	}
+	return slices.DeleteFunc(batch, func(o *op) bool { return o.start != nil && o.folded })
 }
 
 // alike reorders a batch so that, between two operations of other kinds,
@@ -299,6 +340,12 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 		} else if results[i] != nil && !refusal(results[i]) {
 			cm.log("fleet: a store operation failed", "err", results[i])
 		}
+		if s := o.startOf; s != nil {
+			if err != nil {
+				o.startErr = err
+			}
+			s.done <- o.startErr
+		}
 	}
 }
 
@@ -321,6 +368,26 @@ func (cm *committer) starts(ctx context.Context, tx *store.Tx, ops []*op, result
 	return n, nil
 }
 
+// startsLeftOut stores the merged starts of completions left out to
+// settle: the job's end waits for its uploads, its start does not.
+func (cm *committer) startsLeftOut(ctx context.Context, tx *store.Tx, ops []*op) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	leases := make([]store.Lease, len(ops))
+	for i, o := range ops {
+		leases[i] = *o.startOf.start
+	}
+	errs, err := tx.Jobs().StartBatch(ctx, leases)
+	if err != nil {
+		return err
+	}
+	for i, o := range ops {
+		o.startErr = errs[i]
+	}
+	return nil
+}
+
 // completions runs the completions at the head of ops as one CompleteBatch
 // and returns how many it ran.
 func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, results []error, effects []store.Effects) (int, error) {
@@ -329,7 +396,7 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 		n++
 	}
 	for i := range n {
-		ops[i].claimed = nil // the transaction may be run again
+		ops[i].claimed, ops[i].startErr = nil, nil // the transaction may be run again
 		effects[i] = store.Effects{}
 	}
 	// The settle's check rides in the store's batch (one read for all,
@@ -340,6 +407,7 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 	for i, o := range ops[:n] {
 		cs[i] = *o.complete
 		cs[i].Settle = o.settle
+		cs[i].Started = o.startOf != nil
 	}
 	errs, eff, err := tx.Jobs().CompleteBatch(ctx, cs)
 	if err != nil {
@@ -347,14 +415,22 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 	}
 	var at []int // the completions not left out to settle
 	var chunks []store.Chunk
+	var unsettledStarts []*op
 	for i, e := range errs {
 		results[i] = e
+		ops[i].startErr = e // a merged start stands or falls with its end
 		if errors.Is(e, store.ErrUnsettled) {
 			results[i] = errUnsettled
+			if ops[i].startOf != nil {
+				unsettledStarts = append(unsettledStarts, ops[i])
+			}
 			continue
 		}
 		at = append(at, i)
 		chunks = append(chunks, ops[i].chunks...)
+	}
+	if err := cm.startsLeftOut(ctx, tx, unsettledStarts); err != nil {
+		return 0, err
 	}
 	if len(at) == 0 {
 		return n, nil

@@ -174,3 +174,62 @@ func TestCommitterGroupsAlikeReports(t *testing.T) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
 }
+
+// A start and the end of the same job in one stretch of a batch are stored
+// by one move (merge): the start's result is its end's, the job has a start
+// time; a start whose end must wait for its uploads (B217) is stored alone;
+// a start with no end in the batch, or one separated from it by another
+// kind of operation, is a start of its own.
+// Proves B155 (docs/behaviours.md).
+func TestCommitterMergesAStartIntoItsEnd(t *testing.T) {
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
+		nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
+		for _, n := range []string{"a", "b", "c", "d", "e"} {
+			nr.Jobs = append(nr.Jobs, store.NewJob{Name: n, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Spec: specJSON(n)})
+		}
+		if _, err := db.Runs().Create(bg, nr); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := db.Queue().Claim(bg, "agent", kiln.AgentLabels{Labels: kiln.NewLabels("linux")}, 5)
+		if err != nil || len(cs) != 5 {
+			t.Fatalf("claim %v %v", cs, err)
+		}
+		if err := db.Uploads().Begin(bg, "up-1", cs[3].JobID, "cache", "k"); err != nil {
+			t.Fatal(err)
+		}
+		var counters counters
+		cm := newCommitter(db, func(store.Effects) {}, 16, func(string, ...any) {}, &counters)
+		lease := func(c store.Claimed) store.Lease { return store.Lease{JobID: c.JobID, Epoch: c.Epoch} }
+		start := func(l store.Lease) *op { return &op{start: &l, done: make(chan error, 1)} }
+		complete := func(l store.Lease) *op {
+			return &op{complete: &store.Completion{Lease: l, Status: kiln.JobSuccess}, settle: true, done: make(chan error, 1)}
+		}
+		staleB := lease(cs[1])
+		staleB.Epoch++
+		sweep := &op{run: func(context.Context, *store.Tx) (store.Effects, error) { return store.Effects{}, nil }, done: make(chan error, 1)}
+		ops := []*op{
+			start(lease(cs[0])), start(staleB), start(lease(cs[2])), start(lease(cs[3])), start(lease(cs[4])),
+			complete(lease(cs[0])), complete(staleB), complete(lease(cs[3])),
+			sweep, complete(lease(cs[4])),
+		}
+		results := commitTogether(t, cm, ops)
+		want := []error{nil, store.ErrStaleLease, nil, nil, nil, nil, store.ErrStaleLease, errUnsettled, nil, nil}
+		for i, w := range want {
+			if (w == nil) != (results[i] == nil) || w != nil && !errors.Is(results[i], w) {
+				t.Errorf("op %d: %v, want %v", i, results[i], w)
+			}
+		}
+		for i, want := range []kiln.JobStatus{kiln.JobSuccess, kiln.JobDispatched, kiln.JobRunning, kiln.JobRunning, kiln.JobSuccess} {
+			j, _ := db.Jobs().Get(bg, cs[i].JobID)
+			if j.Status != want {
+				t.Errorf("job %s is %s, want %s", cs[i].Name, j.Status, want)
+			}
+			if started := !j.StartedAt.IsZero(); started != (want != kiln.JobDispatched) {
+				t.Errorf("job %s (%s) started at %v", cs[i].Name, j.Status, j.StartedAt)
+			}
+		}
+		if got := counters.batchedOps.Load(); got != uint64(len(ops)-3) {
+			t.Errorf("the batch ran %d operations, want %d (three starts folded into their ends)", got, len(ops)-3)
+		}
+	})
+}

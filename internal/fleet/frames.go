@@ -46,7 +46,7 @@ func (c *conn) next() (closeCause, bool) {
 	case *proto.JobHeartbeat:
 		c.jobHeartbeat(a, m)
 	case *proto.JobStatus:
-		err = c.jobStatus(a, m)
+		err = c.jobStatus(a, m, seq)
 	case *proto.StepStatus:
 		err = c.stepStatus(a, m)
 	case *proto.Log:
@@ -55,16 +55,22 @@ func (c *conn) next() (closeCause, bool) {
 		return c.invalid(fmt.Sprintf("%s was already sent on this connection", m.Type())), false
 	}
 	if err != nil {
-		if errors.Is(err, errStopped) {
-			return causeShutdown(), false
-		}
-		c.f.log.Error("fleet: storing an agent's report failed; closing the connection so the agent replays it",
-			"agent_id", a.id, "type", m.Type(), "err", err)
-		c.sendError(proto.ErrInternal, "the orchestrator could not store the report; the agent will replay it")
-		return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}, false
+		return c.storeFailed(a, string(m.Type()), err), false
 	}
 	c.ack(seq)
 	return closeCause{}, true
+}
+
+// storeFailed is why a connection closes when a durable frame could not be
+// stored: the agent replays it after reconnecting.
+func (c *conn) storeFailed(a *agent, typ string, err error) closeCause {
+	if errors.Is(err, errStopped) {
+		return causeShutdown()
+	}
+	c.f.log.Error("fleet: storing an agent's report failed; closing the connection so the agent replays it",
+		"agent_id", a.id, "type", typ, "err", err)
+	c.sendError(proto.ErrInternal, "the orchestrator could not store the report; the agent will replay it")
+	return closeCause{kind: "internal", code: proto.CloseInternal, reason: "internal error"}
 }
 
 // answer turns a store refusal into the agent's answer: a stale lease (or a
@@ -176,19 +182,32 @@ func (c *conn) jobHeartbeat(a *agent, m *proto.JobHeartbeat) {
 	c.f.hb.add(store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}, a)
 }
 
-func (c *conn) jobStatus(a *agent, m *proto.JobStatus) error {
+func (c *conn) jobStatus(a *agent, m *proto.JobStatus, seq uint64) error {
 	f := c.f
 	if c.foreign(a, "job.status "+string(m.Status), m.JobID, m.LeaseEpoch) {
 		return nil
 	}
 	l := store.Lease{JobID: m.JobID, Epoch: m.LeaseEpoch}
 	if m.Status == kiln.JobRunning {
-		err := f.cm.startJob(l)
-		if err == nil {
-			a.acked(m.JobID, m.LeaseEpoch, f)
-			f.acks.remove(l)
+		// The reader does not wait for the start's commit: the agent's
+		// next frame (a no-op job's end, at once) is handled meanwhile and
+		// may commit with it. The ack covering this frame waits for it.
+		o, err := f.cm.startJobAsync(l)
+		if err != nil {
+			return err
 		}
-		return c.answer(err, "job.status running", m.JobID)
+		c.gateStart(seq, o, func(err error) *closeCause {
+			if err == nil {
+				a.acked(m.JobID, m.LeaseEpoch, f)
+				f.acks.remove(l)
+			}
+			if err := c.answer(err, "job.status running", m.JobID); err != nil {
+				cause := c.storeFailed(a, "job.status running", err)
+				return &cause
+			}
+			return nil
+		})
+		return nil
 	}
 	// The job ended: its open step logs are closed and indexed in the
 	// transaction that completes it.

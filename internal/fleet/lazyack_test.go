@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,5 +37,50 @@ func TestAcksCoverFramesStoredTogether(t *testing.T) {
 		if n := c.acks.Load() - before; n < 1 || n >= frames {
 			t.Fatalf("%d frames sent together got %d acks; want fewer, the last covering all", frames, n)
 		}
+	})
+}
+
+// A job.status running frame is handed to the committer without the
+// reader waiting for it, but its acknowledgement waits for the commit:
+// while the committer is held, neither it nor a log frame the agent sends
+// after it is acknowledged (an ack covers every frame before it); once the
+// start is stored both are, and the job is running.
+// Proves B155 (docs/behaviours.md).
+func TestAStartIsAcknowledgedOnlyOnceStored(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		h := start(t, b, options{cfg: fastConfig()})
+		_, secret := h.token(store.AgentTokenSpec{})
+		c, _ := h.connect(secret, reg{id: "a"})
+		h.run(job("j", "linux"))
+		d := expect[*proto.Dispatch](c)
+		c.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
+
+		held, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(free)
+		h.f.cm.async(func(context.Context, *store.Tx) (store.Effects, error) {
+			close(held)
+			<-release
+			return store.Effects{}, nil
+		})
+		<-held
+		c.send(&proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: time.Now()})
+		running := c.seq
+		c.send(&proto.Log{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Step: 0,
+			Lines: []proto.LogLine{{Seq: 1, Stream: proto.StreamStdout, Text: "line"}}})
+		deadline := time.Now().Add(20 * ackDelay)
+		for time.Now().Before(deadline) {
+			if got := c.acked.Load(); got >= running {
+				t.Fatalf("ack %d covers the start (seq %d) before it was stored", got, running)
+			}
+			time.Sleep(ackDelay / 5)
+		}
+		if j := h.job(d.JobID); j.Status != kiln.JobDispatched {
+			t.Fatalf("job is %s while the committer is held", j.Status)
+		}
+		free()
+		c.waitAck(c.seq)
+		h.waitStatus(d.JobID, kiln.JobRunning)
 	})
 }

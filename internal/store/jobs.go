@@ -83,6 +83,12 @@ type Completion struct {
 	// ErrUnsettled (the caller waits for them, B217, and hands the
 	// completion in again).
 	Settle bool
+	// Started: the agent's start of the job rides with its end (the fleet
+	// had both in one batch). The job may still be dispatched: it moves
+	// to its end in one update, with started_at set, and its run, if
+	// still pending, starts — what the start alone would have done. A
+	// completion left out to settle stores no start either.
+	Started bool
 }
 
 // Complete ends a job under its lease and, in the same transaction, applies
@@ -107,6 +113,7 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 		status  kiln.JobStatus
 		err     string
 		outputs string
+		started bool
 	}
 	moves := map[kiln.JobStatus]move{kiln.JobSuccess: mSucceed, kiln.JobFailed: mFail, kiln.JobCancelled: mCancelReported}
 	groups := map[group][]int{}
@@ -125,7 +132,7 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 			}
 			g.outputs = string(b)
 		}
-		g.err = c.Error
+		g.err, g.started = c.Error, c.Started
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}
@@ -144,6 +151,7 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 		if err != nil {
 			return err
 		}
+		var startedRuns []string // of the moved jobs whose start rode along
 		for _, g := range order {
 			items := groups[g]
 			if len(unsettled) > 0 {
@@ -163,15 +171,22 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 					ids[k], epochs[k] = cs[i].JobID, cs[i].Epoch
 				}
 				leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
-				moved, err := t.move(ctx, moves[g.status], change{ids: ids,
-					set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
-					where: "AND " + leased, wargs: pairs, err: g.err})
+				ch := change{ids: ids, set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
+					where: "AND " + leased, wargs: pairs, err: g.err}
+				if g.started {
+					ch.set += ", started_at = COALESCE(started_at, ?)"
+					ch.args = append(ch.args, ms(t.now))
+				}
+				moved, err := t.move(ctx, moves[g.status], ch)
 				if err != nil {
 					return err
 				}
 				done := make(map[string]bool, len(moved))
 				for _, m := range moved {
 					done[m.ID] = true
+					if g.started && !slices.Contains(startedRuns, m.RunID) {
+						startedRuns = append(startedRuns, m.RunID)
+					}
 				}
 				for _, i := range chunk {
 					if done[cs[i].JobID] {
@@ -182,7 +197,7 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 				}
 			}
 		}
-		return nil
+		return t.startPendingRuns(ctx, startedRuns)
 	})
 	return errs, eff, err
 }

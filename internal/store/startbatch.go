@@ -121,3 +121,30 @@ func (t *txn) startRefused(ctx context.Context, l Lease) error {
 	}
 	return t.refusal(ctx, l, "start")
 }
+
+// startPendingRuns starts the runs among runIDs that are still pending: a
+// job of each began, its start stored with its end (Completion.Started).
+// One statement for all of them; the caller holds their rows' locks.
+func (t *txn) startPendingRuns(ctx context.Context, runIDs []string) error {
+	if len(runIDs) == 0 {
+		return nil
+	}
+	in, inArgs := t.db.dialect.oneOf("id", runIDs)
+	rows, err := t.query(ctx, "UPDATE runs SET status = '"+string(kiln.RunRunning)+"', started_at = COALESCE(started_at, ?), updated_at = ? WHERE "+
+		in+" AND status = '"+string(kiln.RunPending)+"' RETURNING id, number", append([]any{ms(t.now), ms(t.now)}, inArgs...)...)
+	if err != nil {
+		return fmt.Errorf("start the runs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rc RunChange
+		if err := rows.Scan(&rc.ID, &rc.Number); err != nil {
+			return err
+		}
+		rc.Status = kiln.RunRunning
+		if t.eff != nil {
+			t.eff.Runs = append(t.eff.Runs, rc)
+		}
+	}
+	return rows.Err()
+}

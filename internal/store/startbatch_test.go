@@ -44,3 +44,60 @@ func TestStartBatch(t *testing.T) {
 		wantStatus(t, db, cc.JobID, kiln.JobRunning)
 	})
 }
+
+// A start handed in with its job's end (the fleet had both in one batch)
+// is stored by the end's one update: the job goes from dispatched to its
+// end with its start time set, and its run, still pending, starts (B252);
+// a completion without it leaves a job that never started without a
+// start time, and a stale lease refuses both.
+// Proves B155 (docs/behaviours.md).
+func TestAStartRidingWithItsEndIsStoredByIt(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b"), job("c")))
+		ca := claimJob(t, db, "agent-1", cr.Jobs["a"])
+		cb := claimJob(t, db, "agent-2", cr.Jobs["b"])
+		cc := claimJob(t, db, "agent-3", cr.Jobs["c"])
+		// As if the claim had not started the run.
+		if _, err := db.SQL().ExecContext(ctx, "UPDATE runs SET status = 'pending', started_at = NULL WHERE id = $1", cr.ID); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(sec(2))
+		stale := lease(cb)
+		stale.Epoch++
+		errs, eff, err := db.Jobs().CompleteBatch(ctx, []store.Completion{
+			{Lease: lease(ca), Status: kiln.JobSuccess, Started: true},
+			{Lease: stale, Status: kiln.JobSuccess, Started: true},
+			{Lease: lease(cc), Status: kiln.JobFailed, Error: "could not start"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs[0] != nil || !errors.Is(errs[1], store.ErrStaleLease) || errs[2] != nil {
+			t.Fatalf("errs %v", errs)
+		}
+		if j := wantStatus(t, db, ca.JobID, kiln.JobSuccess); !j.StartedAt.Equal(clock.Now()) || !j.FinishedAt.Equal(clock.Now()) {
+			t.Fatalf("a: started %v, finished %v; want both %v", j.StartedAt, j.FinishedAt, clock.Now())
+		}
+		if j := wantStatus(t, db, cb.JobID, kiln.JobDispatched); !j.StartedAt.IsZero() {
+			t.Fatalf("b, refused, has a start time %v", j.StartedAt)
+		}
+		if j := wantStatus(t, db, cc.JobID, kiln.JobFailed); !j.StartedAt.IsZero() {
+			t.Fatalf("c never started but has a start time %v", j.StartedAt)
+		}
+		if r := wantRunStatus(t, db, cr.ID, kiln.RunRunning); !r.StartedAt.Equal(clock.Now()) {
+			t.Fatalf("run started at %v, want %v", r.StartedAt, clock.Now())
+		}
+		started := false
+		for _, rc := range eff.Runs {
+			started = started || rc.ID == cr.ID && rc.Status == kiln.RunRunning
+		}
+		if !started {
+			t.Fatalf("no effect tells the run started: %+v", eff.Runs)
+		}
+		// The last job's end, its start riding along, ends the run.
+		if _, _, err := db.Jobs().CompleteBatch(ctx, []store.Completion{{Lease: lease(cb), Status: kiln.JobSuccess, Started: true}}); err != nil {
+			t.Fatal(err)
+		}
+		wantRunStatus(t, db, cr.ID, kiln.RunFailed)
+	})
+}
