@@ -215,10 +215,11 @@ func merge(batch []*op) []*op {
 // one StartBatch and one CompleteBatch — one set of statements, each a
 // round trip — however its agents' reports interleaved (they alternate at
 // saturation, and each alternation cost a CompleteBatch of its own: ~16
-// round trips per batch instead of ~9, measured in kiln bench). Reports in
-// one stretch concern different jobs — a connection hands in its next
-// report only once the last one committed — so their order does not
-// matter; other operations (sweeps, claims, losses) keep their place.
+// round trips per batch instead of ~9, measured in kiln bench). Within a
+// stretch only a job's start and its end can concern the same job — a
+// connection waits for every report but a start to commit before it hands
+// in the next — and the start, sent first, stays first; other operations
+// (sweeps, claims, losses) keep their place.
 func alike(batch []*op) {
 	for i := 0; i < len(batch); {
 		j := i
