@@ -60,20 +60,24 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	}
 	fmt.Fprintf(&b, "pick AS (SELECT id, row_number() OVER (ORDER BY id) AS rn FROM (%s) u ORDER BY id LIMIT ?), ", strings.Join(picks, " UNION ALL "))
 	args = append(args, total)
-	// who numbers the slots: slot n goes to the ask that owns it. Arrays,
-	// so the statement's text does not change with the number of slots
-	// (see oneOf).
-	rn, ask, agent := make([]int64, 0, total), make([]int32, 0, total), make([]string, 0, total)
+	// who owns the slots: slot n (pick.rn) goes to ask asks[n] and its
+	// agent agents[n]. Arrays, so the statement's text does not change with
+	// the number of slots (see oneOf), read by subscript in one row: joined
+	// as a set of rows (unnest) on rn, the planner, expecting one pick, put
+	// the set on the inner side of a nested loop and produced it again for
+	// every pick — n² rows, 3.3 of a 32-job claim's 10.6 ms (auto_explain).
+	ask, agent := make([]int32, 0, total), make([]string, 0, total)
 	for i, a := range asks {
 		for range a.slots {
-			rn, ask, agent = append(rn, int64(len(rn)+1)), append(ask, int32(i)), append(agent, a.agentID)
+			ask, agent = append(ask, int32(i)), append(agent, a.agentID)
 		}
 	}
-	b.WriteString("who (rn, ask, agent) AS (SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[])), claimed AS (")
-	args = append(args, rn, ask, agent)
-	b.WriteString("UPDATE jobs j SET " + claimSet("j.", "who.agent") + ` FROM pick JOIN who ON who.rn = pick.rn
+	b.WriteString("who (asks, agents) AS (SELECT ?::int[], ?::text[]), claimed AS (")
+	args = append(args, ask, agent)
+	b.WriteString("UPDATE jobs j SET " + claimSet("j.", "who.agents[pick.rn]") + ` FROM pick, who
 		WHERE j.id = pick.id AND j.status = 'queued'
-		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, j.queued_at, who.ask, who.agent),
+		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, j.queued_at,
+			who.asks[pick.rn] AS ask, who.agents[pick.rn] AS agent),
 		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
 		WHERE r.id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM claimed) AND status = 'pending' FOR UPDATE SKIP LOCKED)
 		RETURNING r.id),
