@@ -28,6 +28,9 @@ type dialect interface {
 	pairOf(a, b string, as []string, bs []int64) (string, []any)
 	// writesInWith: INSERT, UPDATE and DELETE may stand in a WITH clause.
 	writesInWith() bool
+	// lateral: a subquery in FROM may read the columns of the tables
+	// before it (LATERAL).
+	lateral() bool
 }
 
 // A batch's statements name its jobs, and their number changes from one

@@ -105,6 +105,8 @@ func (postgresDialect) nextRunNumber() string { return "nextval('run_numbers')" 
 
 func (postgresDialect) writesInWith() bool { return true }
 
+func (postgresDialect) lateral() bool { return true }
+
 func (postgresDialect) oneOf(col string, vals []string) (string, []any) {
 	return col + " = ANY(?::text[])", []any{vals}
 }

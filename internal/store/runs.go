@@ -139,9 +139,21 @@ func (r Runs) Header(ctx context.Context, id string) (Run, error) {
 // StepCounts counts the steps of a run's jobs by status, in one grouped
 // query: what the metrics need of a finished run, without reading every
 // job and step of it.
+//
+// Where it can (PostgreSQL), it reads each job's steps through their
+// primary key (LATERAL, OFFSET 0 keeping the subquery apart): joined as
+// two sets, the planner hashed the run's jobs and scanned the whole steps
+// table while its statistics said the table was small — 2–3 ms at 6,000
+// steps in kiln bench (a new database), at every finished run, and growing
+// with the table until the next ANALYZE. SQLite's planner probes the key
+// for each job already.
 func (r Runs) StepCounts(ctx context.Context, id string) (map[kiln.StepStatus]int, error) {
-	rows, err := r.h.reader().query(ctx, `SELECT s.status, COUNT(*) FROM steps s JOIN jobs j ON j.id = s.job_id
-		WHERE j.run_id = ? GROUP BY s.status`, id)
+	q := `SELECT s.status, COUNT(*) FROM steps s JOIN jobs j ON j.id = s.job_id WHERE j.run_id = ? GROUP BY s.status`
+	if r.h.db.dialect.lateral() {
+		q = `SELECT s.status, COUNT(*) FROM jobs j CROSS JOIN LATERAL (SELECT status FROM steps WHERE job_id = j.id OFFSET 0) s
+			WHERE j.run_id = ? GROUP BY s.status`
+	}
+	rows, err := r.h.reader().query(ctx, q, id)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"testing"
@@ -377,6 +378,28 @@ func TestStartMovesARunStillPendingToRunning(t *testing.T) {
 		}
 		if err := db.Jobs().Start(ctx, store.Lease{JobID: c.JobID, Epoch: c.Epoch + 1}); !errors.Is(err, store.ErrStaleLease) {
 			t.Fatalf("a stale start: %v, want a stale lease", err)
+		}
+	})
+}
+
+// A run's steps are counted by status across its jobs, and only its own:
+// another run's steps do not count.
+func TestStepCountsCountsTheRunsStepsByStatus(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b")))
+		mustCreate(t, db, newRun(job("other")))
+		c := claimJob(t, db, "agent-1", cr.Jobs["a"])
+		code := 0
+		if err := db.Jobs().UpdateSteps(ctx, lease(c), store.StepUpdate{Index: 0, Status: kiln.StepSuccess, ExitCode: &code}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.Runs().StepCounts(ctx, cr.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[kiln.StepStatus]int{kiln.StepSuccess: 1, kiln.StepPending: 3}
+		if !maps.Equal(got, want) {
+			t.Fatalf("step counts %v, want %v", got, want)
 		}
 	})
 }

@@ -49,6 +49,8 @@ func (sqliteDialect) nextRunNumber() string {
 
 func (sqliteDialect) writesInWith() bool { return false }
 
+func (sqliteDialect) lateral() bool { return false }
+
 // oneOf and pairOf hand SQLite their values as one JSON array, read back
 // by json_each: the statement's text is the same for any number of values,
 // so it is compiled once and cached (prepareWanted) instead of on every
