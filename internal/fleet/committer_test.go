@@ -20,17 +20,7 @@ import (
 // commit, and an operation that changed nothing emits none.
 func TestCommitterBatch(t *testing.T) {
 	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
-		nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
-		for _, n := range []string{"a", "b", "c"} {
-			nr.Jobs = append(nr.Jobs, store.NewJob{Name: n, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Spec: specJSON(n)})
-		}
-		if _, err := db.Runs().Create(bg, nr); err != nil {
-			t.Fatal(err)
-		}
-		cs, err := db.Queue().Claim(bg, "agent", kiln.AgentLabels{Labels: kiln.NewLabels("linux")}, 3)
-		if err != nil || len(cs) != 3 {
-			t.Fatalf("claim %v %v", cs, err)
-		}
+		cs := claimedJobs(t, db, "a", "b", "c")
 		var mu sync.Mutex
 		var applied []store.Effects
 		emit := func(eff store.Effects) {
@@ -81,17 +71,7 @@ func TestCommitterBatch(t *testing.T) {
 // starts in the batch move in one statement, each under its own lease.
 func TestCommitterSettleAndStartsInOneBatch(t *testing.T) {
 	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
-		nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
-		for _, n := range []string{"a", "b", "c", "d"} {
-			nr.Jobs = append(nr.Jobs, store.NewJob{Name: n, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Spec: specJSON(n)})
-		}
-		if _, err := db.Runs().Create(bg, nr); err != nil {
-			t.Fatal(err)
-		}
-		cs, err := db.Queue().Claim(bg, "agent", kiln.AgentLabels{Labels: kiln.NewLabels("linux")}, 4)
-		if err != nil || len(cs) != 4 {
-			t.Fatalf("claim %v %v", cs, err)
-		}
+		cs := claimedJobs(t, db, "a", "b", "c", "d")
 		if err := db.Uploads().Begin(bg, "up-1", cs[1].JobID, "cache", "k"); err != nil {
 			t.Fatal(err)
 		}
@@ -183,17 +163,7 @@ func TestCommitterGroupsAlikeReports(t *testing.T) {
 // Proves B155 (docs/behaviours.md).
 func TestCommitterMergesAStartIntoItsEnd(t *testing.T) {
 	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
-		nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
-		for _, n := range []string{"a", "b", "c", "d", "e"} {
-			nr.Jobs = append(nr.Jobs, store.NewJob{Name: n, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Spec: specJSON(n)})
-		}
-		if _, err := db.Runs().Create(bg, nr); err != nil {
-			t.Fatal(err)
-		}
-		cs, err := db.Queue().Claim(bg, "agent", kiln.AgentLabels{Labels: kiln.NewLabels("linux")}, 5)
-		if err != nil || len(cs) != 5 {
-			t.Fatalf("claim %v %v", cs, err)
-		}
+		cs := claimedJobs(t, db, "a", "b", "c", "d", "e")
 		if err := db.Uploads().Begin(bg, "up-1", cs[3].JobID, "cache", "k"); err != nil {
 			t.Fatal(err)
 		}
@@ -232,4 +202,22 @@ func TestCommitterMergesAStartIntoItsEnd(t *testing.T) {
 			t.Errorf("the batch ran %d operations, want %d (three starts folded into their ends)", got, len(ops)-3)
 		}
 	})
+}
+
+// claimedJobs creates a run of the named jobs and claims them all for one
+// agent, in order.
+func claimedJobs(t *testing.T, db *store.DB, names ...string) []store.Claimed {
+	t.Helper()
+	nr := store.NewRun{Workflow: "ci", Repository: "acme/app", Source: "gh", Ref: "r", SHA: "s", Event: json.RawMessage(`{}`)}
+	for _, n := range names {
+		nr.Jobs = append(nr.Jobs, store.NewJob{Name: n, Requirement: kiln.Requirement{RunsOn: kiln.NewLabels("linux")}, Spec: specJSON(n)})
+	}
+	if _, err := db.Runs().Create(bg, nr); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := db.Queue().Claim(bg, "agent", kiln.AgentLabels{Labels: kiln.NewLabels("linux")}, len(names))
+	if err != nil || len(cs) != len(names) {
+		t.Fatalf("claim %v %v", cs, err)
+	}
+	return cs
 }

@@ -18,12 +18,7 @@ import (
 // written to carry it.
 func TestAcksCoverFramesStoredTogether(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
-		h := start(t, b, options{cfg: fastConfig()})
-		_, secret := h.token(store.AgentTokenSpec{})
-		c, _ := h.connect(secret, reg{id: "a"})
-		h.run(job("j", "linux"))
-		d := expect[*proto.Dispatch](c)
-		c.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
+		_, c, d := acceptedJob(t, b)
 		c.send(&proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: time.Now()})
 		c.waitAck(c.seq) // the running status alone: acknowledged by the timer
 
@@ -48,12 +43,7 @@ func TestAcksCoverFramesStoredTogether(t *testing.T) {
 // Proves B155 (docs/behaviours.md).
 func TestAStartIsAcknowledgedOnlyOnceStored(t *testing.T) {
 	backends(t, func(t *testing.T, b storetest.Backend) {
-		h := start(t, b, options{cfg: fastConfig()})
-		_, secret := h.token(store.AgentTokenSpec{})
-		c, _ := h.connect(secret, reg{id: "a"})
-		h.run(job("j", "linux"))
-		d := expect[*proto.Dispatch](c)
-		c.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
+		h, c, d := acceptedJob(t, b)
 
 		held, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
@@ -83,4 +73,17 @@ func TestAStartIsAcknowledgedOnlyOnceStored(t *testing.T) {
 		c.waitAck(c.seq)
 		h.waitStatus(d.JobID, kiln.JobRunning)
 	})
+}
+
+// acceptedJob starts an orchestrator with one agent connected and one job
+// dispatched to it, which the agent has accepted (job.ack).
+func acceptedJob(t *testing.T, b storetest.Backend) (*harness, *client, *proto.Dispatch) {
+	t.Helper()
+	h := start(t, b, options{cfg: fastConfig()})
+	_, secret := h.token(store.AgentTokenSpec{})
+	c, _ := h.connect(secret, reg{id: "a"})
+	h.run(job("j", "linux"))
+	d := expect[*proto.Dispatch](c)
+	c.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
+	return h, c, d
 }
