@@ -196,17 +196,7 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus, seq uint64) error {
 		if err != nil {
 			return err
 		}
-		c.gateStart(seq, o, func(err error) *closeCause {
-			if err == nil {
-				a.acked(m.JobID, m.LeaseEpoch, f)
-				f.acks.remove(l)
-			}
-			if err := c.answer(err, "job.status running", m.JobID); err != nil {
-				cause := c.storeFailed(a, "job.status running", err)
-				return &cause
-			}
-			return nil
-		})
+		c.gateStart(seq, o, c.startStored(a, l))
 		return nil
 	}
 	// The job ended: its open step logs are closed and indexed in the
@@ -248,6 +238,22 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus, seq uint64) error {
 		}
 	}
 	return c.answer(err, "job.status "+string(m.Status), m.JobID)
+}
+
+// startStored handles the result of a job's start once its commit is
+// known (startGate): nil, or why the connection must close.
+func (c *conn) startStored(a *agent, l store.Lease) func(error) *closeCause {
+	return func(err error) *closeCause {
+		if err == nil {
+			a.acked(l.JobID, l.Epoch, c.f)
+			c.f.acks.remove(l)
+		}
+		if err := c.answer(err, "job.status running", l.JobID); err != nil {
+			cause := c.storeFailed(a, "job.status running", err)
+			return &cause
+		}
+		return nil
+	}
 }
 
 func (c *conn) stepStatus(a *agent, m *proto.StepStatus) error {

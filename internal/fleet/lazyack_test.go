@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -86,4 +87,30 @@ func acceptedJob(t *testing.T, b storetest.Backend) (*harness, *client, *proto.D
 	d := expect[*proto.Dispatch](c)
 	c.send(&proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch})
 	return h, c, d
+}
+
+// A start the orchestrator could not store is never acknowledged, nor any
+// frame after it: the agent is told (an internal error) and the connection
+// closes, so the agent replays its frames from the start on.
+// Proves B155 (docs/behaviours.md).
+func TestAStartThatFailsToStoreIsNeverAcknowledged(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		h, c, d := acceptedJob(t, b)
+		srv := h.f.reg.get("a").c
+		// What the reader does with a job.status running (seq 1) whose
+		// commit fails, the log frame after it (seq 2) stored.
+		o := &op{done: make(chan error, 1)}
+		o.done <- errors.New("the database went away")
+		srv.gateStart(1, o, srv.startStored(srv.agent.Load(), store.Lease{JobID: d.JobID, Epoch: d.LeaseEpoch}))
+		srv.ack(2)
+		if e := c.errorFrame(); e.Code != proto.ErrInternal {
+			t.Fatalf("error frame %+v, want %s", e, proto.ErrInternal)
+		}
+		if code, _ := c.closed(); code != proto.CloseInternal {
+			t.Fatalf("closed with %d, want %d", code, proto.CloseInternal)
+		}
+		if got := c.acked.Load(); got != 0 {
+			t.Fatalf("ack %d sent past a start that was not stored", got)
+		}
+	})
 }
