@@ -196,7 +196,13 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus, seq uint64) error {
 		if err != nil {
 			return err
 		}
-		c.gateStart(seq, o, c.startStored(a, l))
+		// The agent took the job: its job.ack's deferred write is not
+		// needed (the start clears the ack deadline; a start refused or
+		// lost to a failure leaves nothing for it to do), and a sweep
+		// meanwhile would write it for nothing.
+		a.acked(m.JobID, m.LeaseEpoch, f)
+		f.acks.remove(l)
+		c.gateStart(seq, o, c.startStored(a, l.JobID))
 		return nil
 	}
 	// The job ended: its open step logs are closed and indexed in the
@@ -242,13 +248,9 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus, seq uint64) error {
 
 // startStored handles the result of a job's start once its commit is
 // known (startGate): nil, or why the connection must close.
-func (c *conn) startStored(a *agent, l store.Lease) func(error) *closeCause {
+func (c *conn) startStored(a *agent, jobID string) func(error) *closeCause {
 	return func(err error) *closeCause {
-		if err == nil {
-			a.acked(l.JobID, l.Epoch, c.f)
-			c.f.acks.remove(l)
-		}
-		if err := c.answer(err, "job.status running", l.JobID); err != nil {
+		if err := c.answer(err, "job.status running", jobID); err != nil {
 			cause := c.storeFailed(a, "job.status running", err)
 			return &cause
 		}

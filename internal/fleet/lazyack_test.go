@@ -101,7 +101,7 @@ func TestAStartThatFailsToStoreIsNeverAcknowledged(t *testing.T) {
 		// commit fails, the log frame after it (seq 2) stored.
 		o := &op{done: make(chan error, 1)}
 		o.done <- errors.New("the database went away")
-		srv.gateStart(1, o, srv.startStored(srv.agent.Load(), store.Lease{JobID: d.JobID, Epoch: d.LeaseEpoch}))
+		srv.gateStart(1, o, srv.startStored(srv.agent.Load(), d.JobID))
 		srv.ack(2)
 		if e := c.errorFrame(); e.Code != proto.ErrInternal {
 			t.Fatalf("error frame %+v, want %s", e, proto.ErrInternal)
