@@ -54,7 +54,6 @@ type op struct {
 	// startErr is the start's result.
 	startOf  *op
 	startErr error
-	folded   bool // a start merged into its completion: it runs with it
 }
 
 var errStopped = errors.New("fleet: the orchestrator is shutting down")
@@ -186,6 +185,7 @@ func (cm *committer) run(ctx context.Context) {
 // update touches every index whose predicate names its status; the start's
 // was ~80 µs of the committer's ~330 µs per job.
 func merge(batch []*op) []*op {
+	var folded map[*op]bool
 	for i := 0; i < len(batch); {
 		j := i
 		var starts map[store.Lease]*op
@@ -200,14 +200,21 @@ func merge(batch []*op) []*op {
 				}
 			case o.complete != nil && starts != nil:
 				if s := starts[o.complete.Lease]; s != nil {
-					o.startOf, s.folded = s, true
+					o.startOf = s
+					if folded == nil {
+						folded = map[*op]bool{}
+					}
+					folded[s] = true
 					delete(starts, o.complete.Lease)
 				}
 			}
 		}
 		i = j + 1
 	}
-	return slices.DeleteFunc(batch, func(o *op) bool { return o.start != nil && o.folded })
+	if folded == nil {
+		return batch
+	}
+	return slices.DeleteFunc(batch, func(o *op) bool { return folded[o] })
 }
 
 // alike reorders a batch so that, between two operations of other kinds,

@@ -27,32 +27,12 @@ func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
 		if err := db.SQL().QueryRowContext(ctx, "SELECT queue_key FROM jobs WHERE status = 'queued' LIMIT 1").Scan(&key); err != nil {
 			t.Fatal(err)
 		}
-		q := store.ClaimBranchPostgres
-		for i := 1; strings.Contains(q, "?"); i++ {
-			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
-		}
-		// pgx prepares the statement once per connection, and PostgreSQL
-		// may then plan it once for any parameters (a generic plan): both
-		// plans must be the ordered scan.
-		conn, err := db.SQL().Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		if _, err := conn.ExecContext(ctx, "PREPARE claim_branch AS "+q+" FOR UPDATE SKIP LOCKED"); err != nil {
-			t.Fatal(err)
-		}
-		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
-				t.Fatal(err)
-			}
-			if p := explain(t, conn, "EXECUTE claim_branch ('"+strings.ReplaceAll(key, "'", "''")+"', 0, 32)"); !strings.Contains(p, "Index Scan using jobs_queued") || strings.Contains(p, "Sort") || strings.Contains(p, "jobs_pkey") {
-				t.Fatalf("%s: the claim is not an ordered scan of jobs_queued:\n%s", mode, p)
-			}
-		}
-		if _, err := conn.ExecContext(ctx, "DEALLOCATE claim_branch; RESET plan_cache_mode"); err != nil {
-			t.Fatal(err)
-		}
+		plans(t, db, "claim_branch", store.ClaimBranchPostgres+" FOR UPDATE SKIP LOCKED",
+			"('"+strings.ReplaceAll(key, "'", "''")+"', 0, 32)", func(mode, p string) {
+				if !strings.Contains(p, "Index Scan using jobs_queued") || strings.Contains(p, "Sort") || strings.Contains(p, "jobs_pkey") {
+					t.Fatalf("%s: the claim is not an ordered scan of jobs_queued:\n%s", mode, p)
+				}
+			})
 	})
 }
 
@@ -125,37 +105,51 @@ func TestStartPlanFindsJobsByKey(t *testing.T) {
 		if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
 			t.Fatal(err)
 		}
-		q := store.StartSQLPostgres()
-		for i := 1; strings.Contains(q, "?"); i++ {
-			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
-		}
-		conn, err := db.SQL().Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
 		// The test's table is small enough to read whole; a fleet's is
 		// not. Among the index paths, the plan must take the key.
-		if _, err := conn.ExecContext(ctx, "SET enable_seqscan = off"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.ExecContext(ctx, "PREPARE start_batch AS "+q); err != nil {
-			t.Fatal(err)
-		}
+		list := "ARRAY[" + strings.Join(ids[:32], ",") + "]"
 		epochs := strings.TrimSuffix(strings.Repeat("1,", 32), ",")
-		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
-				t.Fatal(err)
-			}
-			list := "ARRAY[" + strings.Join(ids[:32], ",") + "]"
-			if p := explain(t, conn, "EXECUTE start_batch (0, 0, 0, "+list+", "+list+", ARRAY["+epochs+"])"); !strings.Contains(p, "jobs_pkey") || strings.Contains(p, "jobs_agent") || strings.Contains(p, "jobs_ack") {
-				t.Fatalf("%s: the start does not find its jobs by primary key:\n%s", mode, p)
-			}
-		}
-		if _, err := conn.ExecContext(ctx, "DEALLOCATE start_batch; RESET plan_cache_mode; RESET enable_seqscan"); err != nil {
+		plans(t, db, "start_batch", store.StartSQLPostgres(), "(0, 0, 0, "+list+", "+list+", ARRAY["+epochs+"])",
+			func(mode, p string) {
+				if !strings.Contains(p, "jobs_pkey") || strings.Contains(p, "jobs_agent") || strings.Contains(p, "jobs_ack") {
+					t.Fatalf("%s: the start does not find its jobs by primary key:\n%s", mode, p)
+				}
+			}, "SET enable_seqscan = off")
+	})
+}
+
+// plans prepares q (its ? placeholders rebound as $1, $2 …) as name on a
+// connection of its own, after the setup statements, and hands check the
+// plan of its execution with args under a custom plan and under a generic
+// one: pgx prepares a statement once per connection, and PostgreSQL may
+// then plan it once for any parameters, so both must be right. The
+// connection's session is reset before it goes back to the pool.
+func plans(t *testing.T, db *store.DB, name, q, args string, check func(mode, plan string), setup ...string) {
+	t.Helper()
+	for i := 1; strings.Contains(q, "?"); i++ {
+		q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
+	}
+	conn, err := db.SQL().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, stmt := range append(setup, "PREPARE "+name+" AS "+q) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			t.Fatal(err)
 		}
-	})
+	}
+	defer func() {
+		if _, err := conn.ExecContext(ctx, "DEALLOCATE "+name+"; RESET ALL"); err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		if _, err := conn.ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		check(mode, explain(t, conn, "EXECUTE "+name+" "+args))
+	}
 }
 
 // explain returns PostgreSQL's plan for stmt on conn, one line per row.

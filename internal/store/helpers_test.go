@@ -141,3 +141,13 @@ func runJob(t *testing.T, db *store.DB, id string, status kiln.JobStatus) store.
 }
 
 func sec(n int) time.Duration { return time.Duration(n) * time.Second }
+
+// unstartRun puts a run back to pending, as if the claim that started it
+// had skipped its locked row (a PostgreSQL claim does) or its coordinator
+// had died between the claim's two statements.
+func unstartRun(t *testing.T, db *store.DB, runID string) {
+	t.Helper()
+	if _, err := db.SQL().ExecContext(ctx, "UPDATE runs SET status = 'pending', started_at = NULL WHERE id = $1", runID); err != nil {
+		t.Fatal(err)
+	}
+}

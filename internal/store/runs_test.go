@@ -353,10 +353,7 @@ func TestStartMovesARunStillPendingToRunning(t *testing.T) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b")))
 		c := claimJob(t, db, "agent-1", cr.Jobs["a"])
 		c2 := claimJob(t, db, "agent-2", cr.Jobs["b"])
-		// As if the claim had not started the run.
-		if _, err := db.SQL().ExecContext(ctx, "UPDATE runs SET status = 'pending', started_at = NULL WHERE id = $1", cr.ID); err != nil {
-			t.Fatal(err)
-		}
+		unstartRun(t, db, cr.ID)
 		clock.Advance(sec(2))
 		if err := db.Jobs().Start(ctx, lease(c)); err != nil {
 			t.Fatal(err)

@@ -57,10 +57,7 @@ func TestAStartRidingWithItsEndIsStoredByIt(t *testing.T) {
 		ca := claimJob(t, db, "agent-1", cr.Jobs["a"])
 		cb := claimJob(t, db, "agent-2", cr.Jobs["b"])
 		cc := claimJob(t, db, "agent-3", cr.Jobs["c"])
-		// As if the claim had not started the run.
-		if _, err := db.SQL().ExecContext(ctx, "UPDATE runs SET status = 'pending', started_at = NULL WHERE id = $1", cr.ID); err != nil {
-			t.Fatal(err)
-		}
+		unstartRun(t, db, cr.ID)
 		clock.Advance(sec(2))
 		stale := lease(cb)
 		stale.Epoch++
