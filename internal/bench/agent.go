@@ -181,16 +181,24 @@ func (a *agent) close() { a.ws.CloseNow() }
 // when set, is called just before the success goes out (the agent is free
 // from then on); finished is called once the server stored the success.
 func runNoop(a *agent, d *proto.Dispatch, freeing, finished func()) {
+	runFor(a, d, 0, freeing, finished)
+}
+
+// runFor is runNoop for a job that runs for d between its start and its
+// success: the agent is busy, and asks for nothing, that long.
+func runFor(a *agent, d *proto.Dispatch, hold time.Duration, freeing, finished func()) {
 	ctx := context.Background()
-	now := time.Now()
 	if a.send(ctx, &proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch}) != nil ||
-		a.send(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: now}) != nil {
+		a.send(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: time.Now()}) != nil {
 		return
+	}
+	if hold > 0 {
+		time.Sleep(hold) // the job's work: the bench waits for nothing here
 	}
 	if freeing != nil {
 		freeing()
 	}
-	_ = a.sendThen(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobSuccess, Time: now}, finished)
+	_ = a.sendThen(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobSuccess, Time: time.Now()}, finished)
 }
 
 // dialAgents connects n agents named prefix-00000… with a bounded number

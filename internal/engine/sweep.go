@@ -103,18 +103,7 @@ func (e *Engine) sweepExpiry(ctx context.Context) error {
 const knownAgentWindow = 24 * time.Hour
 
 func (e *Engine) knownAgents(ctx context.Context) ([]kiln.AgentLabels, error) {
-	recs, err := e.db.Auth().ListAgents(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cutoff := e.cfg.Clock().Add(-knownAgentWindow)
-	var out []kiln.AgentLabels
-	for _, r := range recs {
-		if r.Connected || r.LastSeenAt.After(cutoff) {
-			out = append(out, r.Labels)
-		}
-	}
-	return out, nil
+	return e.db.Auth().KnownLabels(ctx, e.cfg.Clock().Add(-knownAgentWindow))
 }
 
 // routable reports whether a known agent, or an agent a scaler would start

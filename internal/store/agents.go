@@ -65,6 +65,28 @@ func (a Auth) SetAgentConnected(ctx context.Context, id string, connected bool) 
 	})
 }
 
+// KnownLabels returns the distinct label sets of the agents connected or
+// seen since then: what the queue's sweeps ask of the fleet each second.
+// A thousand agents started from one template are one row here, where
+// ListAgents reads and decodes each of them, and counts their jobs.
+func (a Auth) KnownLabels(ctx context.Context, since time.Time) ([]kiln.AgentLabels, error) {
+	rows, err := a.h.reader().query(ctx, `SELECT DISTINCT labels, mandatory FROM agents
+		WHERE connected = 1 OR last_seen_at >= ?`, ms(since))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []kiln.AgentLabels
+	for rows.Next() {
+		var labels, mandatory string
+		if err := rows.Scan(&labels, &mandatory); err != nil {
+			return nil, err
+		}
+		out = append(out, kiln.AgentLabels{Labels: kiln.ParseLabelsKey(labels), Mandatory: kiln.ParseLabelsKey(mandatory)})
+	}
+	return out, rows.Err()
+}
+
 // ListAgents lists registered agents by id.
 func (a Auth) ListAgents(ctx context.Context) ([]AgentRecord, error) {
 	rows, err := a.h.reader().query(ctx, `SELECT a.id, a.labels, a.mandatory, a.token_id, a.hostname, a.version, a.connected,

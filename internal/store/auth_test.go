@@ -3,6 +3,7 @@ package store_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,6 +183,46 @@ func TestAgentsTable(t *testing.T) {
 		}
 		if err := a.UpsertAgent(ctx, store.AgentRecord{}); !errors.Is(err, store.ErrInvalid) {
 			t.Fatalf("agent without id: %v", err)
+		}
+	})
+}
+
+// TestKnownLabelsAreTheDistinctSetsOfAgentsStillAround: the sweeps' view
+// of the fleet — one entry per label set among the agents connected or
+// seen since the cutoff, however many agents share it.
+func TestKnownLabelsAreTheDistinctSetsOfAgentsStillAround(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		a := db.Auth()
+		gpu := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "gpu"), Mandatory: kiln.NewLabels("gpu")}
+		arm := kiln.AgentLabels{Labels: kiln.NewLabels("linux", "arm64")}
+		for id, l := range map[string]kiln.AgentLabels{"old-arm": arm, "gpu-1": gpu, "gpu-2": gpu, "linux-1": linux, "linux-2": linux} {
+			if err := a.UpsertAgent(ctx, store.AgentRecord{ID: id, Labels: l}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// old-arm and gpu-1 left two days ago, gpu-2 an hour ago; the
+		// linux agents are connected, however long ago they were seen.
+		for _, id := range []string{"old-arm", "gpu-1", "gpu-2"} {
+			if err := a.SetAgentConnected(ctx, id, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Advance(47 * time.Hour)
+		if err := a.SetAgentConnected(ctx, "gpu-2", false); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Hour)
+		known, err := a.KnownLabels(ctx, clock.Now().Add(-24*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range known {
+			got = append(got, l.Labels.Key()+"/"+l.Mandatory.Key())
+		}
+		slices.Sort(got)
+		if want := []string{"amd64,linux/", "gpu,linux/gpu"}; !slices.Equal(got, want) {
+			t.Fatalf("known label sets %q, want %q", got, want)
 		}
 	})
 }

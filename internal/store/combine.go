@@ -77,8 +77,17 @@ func (db *DB) combine() {
 			select {
 			case r := <-db.comb.reqs:
 				pending = append(pending, r)
+			case <-db.finishes():
+				db.finishCheckpoint()
+				continue
 			case <-db.comb.quit:
 				return
+			}
+		} else {
+			select {
+			case <-db.finishes():
+				db.finishCheckpoint()
+			default:
 			}
 		}
 	fill:
@@ -167,6 +176,8 @@ func (db *DB) runBatch(batch []*writeReq) (n int) {
 				r.err = fmt.Errorf("commit: %w", err)
 			}
 		}
+		return n
 	}
+	db.ckpt.poke()
 	return n
 }

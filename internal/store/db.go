@@ -132,11 +132,12 @@ type DB struct {
 	read    *sql.DB // SQLite: a read-only pool; PostgreSQL: the same pool
 	log     *slog.Logger
 
-	comb      *combiner  // SQLite: group commit of concurrent writes
-	claimer   *pgClaimer // PostgreSQL: combined claims
-	keys      keyCache   // the distinct queued keys, for claims
-	rebound   sync.Map   // SQL with ? → SQL for this dialect
-	stmts     sync.Map   // SQLite: SQL → statement prepared on the writer
+	comb      *combiner     // SQLite: group commit of concurrent writes
+	ckpt      *checkpointer // SQLite: checkpoints off the writer
+	claimer   *pgClaimer    // PostgreSQL: combined claims
+	keys      keyCache      // the distinct queued keys, for claims
+	rebound   sync.Map      // SQL with ? → SQL for this dialect
+	stmts     sync.Map      // SQLite: SQL → statement prepared on the writer
 	nstmts    atomic.Int32
 	health    writeHealth // best-effort writes that failed (B131)
 	closeOnce sync.Once
@@ -183,6 +184,9 @@ func (db *DB) Close() error {
 			db.claimer.stop()
 		}
 		var errs []error
+		if db.ckpt != nil {
+			errs = append(errs, db.ckpt.stop())
+		}
 		db.stmts.Range(func(_, v any) bool {
 			errs = append(errs, v.(*sql.Stmt).Close())
 			return true

@@ -146,12 +146,10 @@ func openSQLite(ctx context.Context, c *DB) error {
 		// The writer's page cache holds 32 MiB instead of 2: with 20,000
 		// jobs in a fresh database it re-read evicted pages at about two
 		// pread(2) a job (strace -c in kiln bench: 22,000 → 17,700 for
-		// 10,240 jobs). Checkpoints every 8,000 WAL pages instead of
-		// 1,000 copy a page changed many times once per checkpoint
-		// (→ 15,500; the WAL then grows to about 32 MiB before it is
-		// reset).
+		// 10,240 jobs). The writer checkpoints only as a backstop: the
+		// checkpointer does it (checkpoint.go).
 		"_pragma=cache_size(-32768)",
-		"_pragma=wal_autocheckpoint(8000)",
+		"_pragma=wal_autocheckpoint("+strconv.Itoa(writerCheckpointPages)+")",
 		"_txlock=immediate"))
 	if err != nil {
 		return fmt.Errorf("store: open SQLite: %w", err)
@@ -179,7 +177,12 @@ func openSQLite(ctx context.Context, c *DB) error {
 	}
 	r.SetMaxOpenConns(c.cfg.ReadConns)
 	r.SetMaxIdleConns(c.cfg.ReadConns)
-	c.write, c.read = w, r
+	ckpt, err := startCheckpointer(path, c.log)
+	if err != nil {
+		_, _ = r.Close(), w.Close()
+		return fmt.Errorf("store: open SQLite checkpointer: %w", err)
+	}
+	c.write, c.read, c.ckpt = w, r, ckpt
 	return nil
 }
 

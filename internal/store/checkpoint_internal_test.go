@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// walGeneration reads the checkpoint sequence number from the WAL's
+// header: SQLite adds one each time the log starts over from its top.
+func walGeneration(t *testing.T, path string) uint32 {
+	t.Helper()
+	f, err := os.Open(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var hdr [16]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return 0 // not written yet
+	}
+	return binary.BigEndian.Uint32(hdr[12:16])
+}
+
+// TestTheLogStartsOverWhileWritesGoOn: with writers that never pause, the
+// checkpointer copies the log into the database file and has the writer
+// finish, so the log starts over again and again long before the writer's
+// own threshold (a checkpoint beside a busy writer alone always ends behind
+// it, and the log would grow until then).
+func TestTheLogStartsOverWhileWritesGoOn(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kiln.db")
+	db, err := Open(ctx, Config{URL: path, Releaser: func(ReadyJob) Release { return Release{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.update(ctx, func(t *txn) error {
+		_, err := t.exec(ctx, "CREATE TABLE filler (id INTEGER PRIMARY KEY, b BLOB NOT NULL)")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Each write rewrites one of 64 rows with 32 KiB: nine log pages a
+	// write, the database file staying about 2 MiB.
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		writers.Go(func() {
+			for i := w; ; i += 4 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := db.update(ctx, func(t *txn) error {
+					_, err := t.exec(ctx, "INSERT OR REPLACE INTO filler (id, b) VALUES (?, zeroblob(32768))", i%64)
+					return err
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	defer func() { close(stop); writers.Wait() }()
+
+	// The log holds restartPages before it is asked to start over; the
+	// writer's own threshold is far past three times that.
+	first := walGeneration(t, path)
+	deadline := time.Now().Add(time.Minute)
+	for walGeneration(t, path) < first+2 {
+		select {
+		case err := <-errs:
+			t.Fatalf("a write failed: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log started over %d times in a minute of writes, want 2", walGeneration(t, path)-first)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the file's header
+	}
+	st, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := int64(writerCheckpointPages) * 4096; st.Size() >= limit {
+		t.Errorf("the log grew to %d bytes, the writer's own threshold (%d): the checkpointer did not keep it short", st.Size(), limit)
+	}
+}
