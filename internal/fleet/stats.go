@@ -52,11 +52,18 @@ type Latency struct {
 	Buckets []uint64
 }
 
-// LatencyBuckets are the upper bounds of the latency histograms.
+// LatencyBuckets are the upper bounds of the latency histograms. They are
+// closer between 10 and 25 ms, where the dispatch targets lie (PRODUCT.md:
+// claim p99 ≤ 20 ms, webhook → job p99 ≤ 15 and 25 ms): a quantile read
+// from a histogram is interpolated within its bucket as if the bucket were
+// evenly filled, which a tail is not: with one bucket from 10 to 25 ms,
+// kiln bench read the claim p99 at 1,000 agents as 19–24 ms, with these
+// as 13–18 ms.
 var LatencyBuckets = []time.Duration{
 	500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond,
-	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
-	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second,
+	10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond, 25 * time.Millisecond,
+	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 5 * time.Second,
 }
 
 type latency struct {
