@@ -184,8 +184,8 @@ func runNoop(a *agent, d *proto.Dispatch, freeing, finished func()) {
 	runFor(a, d, 0, freeing, finished)
 }
 
-// runFor is runNoop for a job that runs for d between its start and its
-// success: the agent is busy, and asks for nothing, that long.
+// runFor is runNoop for a job that runs for hold between its start and
+// its success: the agent is busy, and asks for nothing, that long.
 func runFor(a *agent, d *proto.Dispatch, hold time.Duration, freeing, finished func()) {
 	ctx := context.Background()
 	if a.send(ctx, &proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch}) != nil ||

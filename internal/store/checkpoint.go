@@ -31,8 +31,10 @@ const (
 	// the pages changed since the last, so a page written many times in
 	// between is copied once, while a round stays short.
 	checkpointEvery = 100 * time.Millisecond
-	// checkpointPasses bounds the passes of a round.
+	// checkpointPasses bounds the passes of a round, and a pass that
+	// finds fewer than settledPages appended since the last one ends it.
 	checkpointPasses = 3
+	settledPages     = 64
 	// restartPages is the log's size, in pages (4 KiB each), past which
 	// the writer is asked to finish a round, so the log starts over.
 	restartPages = 4096
@@ -117,7 +119,7 @@ func (c *checkpointer) round() error {
 		}
 		appended := st.pages - last.pages
 		last = st
-		if appended < 64 {
+		if appended < settledPages {
 			break
 		}
 	}
