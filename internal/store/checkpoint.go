@@ -141,15 +141,6 @@ func (db *DB) finishCheckpoint() {
 	}
 }
 
-// finishes is where the combiner hears the checkpointer ask it to finish a
-// round (never, without one).
-func (db *DB) finishes() <-chan struct{} {
-	if db.ckpt == nil {
-		return nil
-	}
-	return db.ckpt.finish
-}
-
 // walState is what a checkpoint reports: the log's length and how much of
 // it is in the database file, in pages.
 type walState struct{ pages, copied int }

@@ -2,29 +2,15 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
-)
 
-// walGeneration reads the checkpoint sequence number from the WAL's
-// header: SQLite adds one each time the log starts over from its top.
-func walGeneration(t *testing.T, path string) uint32 {
-	t.Helper()
-	f, err := os.Open(path + "-wal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var hdr [16]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return 0 // not written yet
-	}
-	return binary.BigEndian.Uint32(hdr[12:16])
-}
+	"github.com/kilnci/kiln/internal/waittest"
+)
 
 // TestTheLogStartsOverWhileWritesGoOn: with writers that never pause, the
 // checkpointer copies the log into the database file and has the writer
@@ -71,20 +57,17 @@ func TestTheLogStartsOverWhileWritesGoOn(t *testing.T) {
 	defer func() { close(stop); writers.Wait() }()
 
 	// The log holds restartPages before it is asked to start over; the
-	// writer's own threshold is far past three times that.
-	first := walGeneration(t, path)
-	deadline := time.Now().Add(time.Minute)
-	for walGeneration(t, path) < first+2 {
+	// writer's own threshold is far past twice that.
+	first := WALGeneration(path)
+	waittest.UntilState(t, time.Minute, "the log to start over twice", func() (bool, string) {
 		select {
 		case err := <-errs:
 			t.Fatalf("a write failed: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log started over %d times in a minute of writes, want 2", walGeneration(t, path)-first)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the file's header
-	}
+		gen := WALGeneration(path)
+		return gen >= first+2, fmt.Sprintf("started over %d times", gen-first)
+	})
 	st, err := os.Stat(path + "-wal")
 	if err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ func (db *DB) combine() {
 			select {
 			case r := <-db.comb.reqs:
 				pending = append(pending, r)
-			case <-db.finishes():
+			case <-db.ckpt.finish:
 				db.finishCheckpoint()
 				continue
 			case <-db.comb.quit:
@@ -85,7 +85,7 @@ func (db *DB) combine() {
 			}
 		} else {
 			select {
-			case <-db.finishes():
+			case <-db.ckpt.finish:
 				db.finishCheckpoint()
 			default:
 			}

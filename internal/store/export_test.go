@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
+	"os"
 	"time"
 )
 
@@ -52,4 +54,24 @@ func StartSQLPostgres() string {
 	in, _ := postgresDialect{}.oneOf("id", nil)
 	leased, _ := postgresDialect{}.pairOf("id", "lease_epoch", nil, nil)
 	return startSQL(in + " AND " + leased)
+}
+
+// WALGeneration reads the checkpoint sequence number in the header of the
+// SQLite database's WAL (sqlite://path or a plain path): SQLite adds one
+// each time the log starts over from its top. 0 before the log is written.
+func WALGeneration(url string) uint32 {
+	path, err := sqlitePath(url)
+	if err != nil {
+		return 0
+	}
+	f, err := os.Open(path + "-wal")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var hdr [16]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return 0
+	}
+	return binary.BigEndian.Uint32(hdr[12:16])
 }
