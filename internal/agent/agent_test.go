@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kilnci/kiln"
@@ -265,5 +268,72 @@ func TestCancelGracefulAndForced(t *testing.T) {
 		if len(x.forces) != 0 {
 			t.Fatalf("%s: cancelled %d more times", id, len(x.forces))
 		}
+	}
+}
+
+// writeLog records the agent's writes to its connection.
+type writeLog struct {
+	net.Conn
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+func (w *writeLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.writes = append(w.writes, append([]byte(nil), p...))
+	w.mu.Unlock()
+	return w.Conn.Write(p)
+}
+
+// types lists the frame types of each write.
+func (w *writeLog) types() [][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out [][]string
+	for _, b := range w.writes {
+		out = append(out, agenttest.WrittenTypes(b))
+	}
+	return out
+}
+
+// A job's acknowledgement and its running status leave in one write, so
+// the orchestrator wakes and reads once for both (package cork).
+func TestTheAckLeavesWithTheRunningStatusInOneWrite(t *testing.T) {
+	orch := agenttest.New(t)
+	orch.SetAutoAck(true)
+	var mu sync.Mutex
+	var logs []*writeLog
+	h := startAgent(t, orch, func(c *Config) {
+		c.MaxJobs = 1
+		c.netHook = func(nc net.Conn) net.Conn {
+			w := &writeLog{Conn: nc}
+			mu.Lock()
+			logs = append(logs, w)
+			mu.Unlock()
+			return w
+		}
+	})
+	c, _ := h.connect(t, proto.RegisterAck{})
+	const jobs = 3
+	for i := range jobs {
+		id := fmt.Sprintf("job-%d", i)
+		c.Send(t, dispatch(id, 3, "lines 1"))
+		expectAck(t, c)
+		durable(t, c, id)
+	}
+	mu.Lock()
+	w := logs[len(logs)-1]
+	mu.Unlock()
+	together := 0
+	for _, g := range w.types() {
+		if i := slices.Index(g, proto.TypeJobAck); i >= 0 {
+			if !slices.Contains(g[i:], proto.TypeJobStatus) {
+				t.Fatalf("an ack left without its running status: writes %q", w.types())
+			}
+			together++
+		}
+	}
+	if together != jobs {
+		t.Fatalf("%d of %d acks were written with their running status: %q", together, jobs, w.types())
 	}
 }

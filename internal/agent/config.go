@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -109,6 +110,9 @@ type Config struct {
 
 	// waitHook, when set (by tests), is told every reconnect delay.
 	waitHook func(time.Duration)
+	// netHook, when set (by tests), wraps each connection the agent dials,
+	// under its write corking.
+	netHook func(net.Conn) net.Conn
 }
 
 func (c Config) withDefaults() Config {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	gojson "github.com/goccy/go-json"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kilnci/kiln/internal/cork"
 	"github.com/kilnci/kiln/internal/proto"
 )
 
@@ -20,6 +22,7 @@ import (
 type session struct {
 	a    *agent
 	conn *websocket.Conn
+	net  *cork.Conn      // under conn: the write loop corks it
 	ctx  context.Context // ends with the session
 	// target is the URL this session dialed.
 	target string
@@ -41,10 +44,34 @@ type session struct {
 // (from a misconfigured proxy, or anyone who can answer for the
 // orchestrator's address) would send it to another host, so the agent
 // refuses to follow one and says so.
-var noRedirects = &http.Client{
-	CheckRedirect: func(req *http.Request, via []*http.Request) error {
-		return fmt.Errorf("the orchestrator redirected to %s; the agent does not follow redirects: give --server the final URL", req.URL.Redacted())
-	},
+var noRedirects = &http.Client{CheckRedirect: refuseRedirect}
+
+func refuseRedirect(req *http.Request, via []*http.Request) error {
+	return fmt.Errorf("the orchestrator redirected to %s; the agent does not follow redirects: give --server the final URL", req.URL.Redacted())
+}
+
+// corkingClient is noRedirects for one connection, whose network
+// connection (under TLS, if any) it hands to got, corkable. hook, when
+// set, wraps the connection first.
+func corkingClient(timeout time.Duration, hook func(net.Conn) net.Conn, got func(*cork.Conn)) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	dial := tr.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if hook != nil {
+			c = hook(c)
+		}
+		nc := cork.New(c, timeout)
+		got(nc)
+		return nc, nil
+	}
+	return &http.Client{Transport: tr, CheckRedirect: refuseRedirect}
 }
 
 // session dials, authenticates and registers, then serves the connection
@@ -58,20 +85,26 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 	defer context.AfterFunc(a.stopCtx, cancel)()
 	began := a.now() // the orchestrator cannot have heard from this connection before
 	target := a.target()
+	var nc *cork.Conn
+	client := corkingClient(a.cfg.WriteTimeout, a.cfg.netHook, func(c *cork.Conn) { nc = c })
+	defer client.CloseIdleConnections()
 	conn, _, err := websocket.Dial(hctx, target, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"kiln-agent/" + a.cfg.Version}},
-		HTTPClient: noRedirects,
+		HTTPClient: client,
 	})
 	if err != nil {
 		return false, fmt.Errorf("connect to %s: %w", target, err)
 	}
 	defer conn.CloseNow()
+	if nc == nil { // a dial that did not go through the transport's dialer
+		return false, fmt.Errorf("connect to %s: the connection was not dialed by the agent", target)
+	}
 	// A larger frame closes the connection with 1009.
 	conn.SetReadLimit(proto.MaxFrameBytes)
 
 	ctx, stop := context.WithCancel(life)
 	defer stop()
-	s := &session{a: a, conn: conn, ctx: ctx, target: target, pings: make(chan time.Time, 1)}
+	s := &session{a: a, conn: conn, net: nc, ctx: ctx, target: target, pings: make(chan time.Time, 1)}
 	reg, ack, err := s.handshake(hctx)
 	if err != nil {
 		return false, s.outcome(err)
@@ -269,13 +302,54 @@ func (s *session) readLoop(ctx context.Context) error {
 func (s *session) writeLoop(ctx context.Context) error {
 	enc := newFrameEncoder()
 	for {
-		seq, m, ok := s.a.out.next()
+		wrote, err := s.writeReady(ctx, enc)
+		if err != nil {
+			return err
+		}
+		if wrote {
+			continue
+		}
+		select {
+		case <-s.a.out.ready():
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// maxCorked bounds what one pass of the write loop holds before it sends.
+const maxCorked = 256 << 10
+
+// writeReady writes every frame ready now with the connection corked, so
+// they leave in one write(2) and the orchestrator reads them at once: a
+// job's acknowledgement with its running status (addStatusAfter), a step's
+// last lines with its status, a job's end with its step's.
+func (s *session) writeReady(ctx context.Context, enc *frameEncoder) (wrote bool, err error) {
+	defer func() {
+		if wrote {
+			s.net.Uncork()
+		}
+	}()
+	write := func(b []byte) error {
+		if !wrote {
+			s.net.Cork()
+			wrote = true
+		}
+		if err := s.conn.Write(ctx, websocket.MessageText, b); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		return nil
+	}
+	for s.net.Held() < maxCorked {
+		seq, before, m, ok := s.a.out.nextAfter()
 		if !ok {
-			select {
-			case <-s.a.out.ready():
-				continue
-			case <-ctx.Done():
-				return nil
+			return wrote, nil
+		}
+		if before != nil {
+			if b, err := proto.Encode(0, before); err != nil {
+				s.a.log.Error("a control frame could not be encoded; dropped", "type", before.Type(), "err", err)
+			} else if err := write(b); err != nil {
+				return wrote, err
 			}
 		}
 		b, err := enc.encode(seq, m)
@@ -285,10 +359,11 @@ func (s *session) writeLoop(ctx context.Context) error {
 			s.a.log.Error("a durable frame could not be encoded; dropped", "seq", seq, "err", err)
 			continue
 		}
-		if err := s.conn.Write(ctx, websocket.MessageText, b); err != nil {
-			return fmt.Errorf("write: %w", err)
+		if err := write(b); err != nil {
+			return wrote, err
 		}
 	}
+	return wrote, nil
 }
 
 // heartbeats sends the agent's heartbeat and one per running job.

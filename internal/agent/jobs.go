@@ -82,12 +82,14 @@ func (a *agent) dispatch(s *session, d *proto.Dispatch) {
 		reject(proto.RejectInvalid, err.Error())
 		return
 	}
-	// A failed ack is not fatal: the connection is gone, and the next
-	// registration lists the job in in_flight.
-	s.sendLogged(&proto.JobAck{JobID: j.id, LeaseEpoch: j.epoch})
+	// The ack leaves with the running status, in one write: the
+	// orchestrator reads both at once. A failed ack is not fatal: the
+	// connection is gone, and the next registration lists the job in
+	// in_flight.
 	a.log.Info("job accepted", "job_id", j.id, "run_id", j.run, "lease_epoch", j.epoch, "name", d.Spec.Name)
 	a.out.forget(j.id) // a discard of an earlier lease ends with this one
-	a.out.addStatus(j.id, j.epoch, &proto.JobStatus{JobID: j.id, LeaseEpoch: j.epoch, Status: kiln.JobRunning, Time: a.now()})
+	a.out.addStatusAfter(j.id, j.epoch, &proto.JobAck{JobID: j.id, LeaseEpoch: j.epoch},
+		&proto.JobStatus{JobID: j.id, LeaseEpoch: j.epoch, Status: kiln.JobRunning, Time: a.now()})
 	exec := p.Start(a.jobCtx, &jobSink{a: a, j: j})
 
 	a.mu.Lock()

@@ -57,6 +57,7 @@ type entry struct {
 	job    string
 	epoch  int64
 	status proto.Message // *proto.JobStatus or *proto.StepStatus; nil for a log frame
+	before proto.Message // a control frame written just before this one, the first time
 	step   int
 	lines  []proto.LogLine
 	bytes  int
@@ -87,13 +88,21 @@ func (o *outbox) signal() {
 // addStatus queues a job.status or step.status (JobID and LeaseEpoch set) and
 // returns its seq, or 0 if the job's frames are being discarded.
 func (o *outbox) addStatus(job string, epoch int64, m proto.Message) uint64 {
+	return o.addStatusAfter(job, epoch, nil, m)
+}
+
+// addStatusAfter is addStatus with a control frame (before, seq 0) that
+// the first write of the status carries just ahead of it, in the same
+// write(2): a job's acknowledgement, then its running status, read by the
+// orchestrator at once. A replay does not repeat it.
+func (o *outbox) addStatusAfter(job string, epoch int64, before, m proto.Message) uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed[job] {
 		return 0
 	}
 	o.seq++
-	e := &entry{seq: o.seq, job: job, epoch: epoch, status: m}
+	e := &entry{seq: o.seq, job: job, epoch: epoch, status: m, before: before}
 	o.entries = append(o.entries, e)
 	o.tail[job] = e
 	o.trim()
@@ -197,16 +206,24 @@ func (o *outbox) drop(i int) {
 
 // next takes the next frame to write on the current connection.
 func (o *outbox) next() (seq uint64, m proto.Message, ok bool) {
+	seq, _, m, ok = o.nextAfter()
+	return seq, m, ok
+}
+
+// nextAfter is next with the control frame to write just before it, if
+// any (addStatusAfter).
+func (o *outbox) nextAfter() (seq uint64, before, m proto.Message, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	i := sort.Search(len(o.entries), func(i int) bool { return o.entries[i].seq > o.sent })
 	if i == len(o.entries) {
-		return 0, nil, false
+		return 0, nil, nil, false
 	}
 	e := o.entries[i]
 	o.sent, e.sent = e.seq, true
+	before, e.before = e.before, nil
 	if e.status != nil {
-		return e.seq, e.status, true
+		return e.seq, before, e.status, true
 	}
 	lines := e.lines
 	if len(e.gap) > 0 { // markers' seqs are below the frame's first line's
@@ -215,7 +232,7 @@ func (o *outbox) next() (seq uint64, m proto.Message, ok bool) {
 			e.gap[k].written = true // their seqs are out now
 		}
 	}
-	return e.seq, &proto.Log{JobID: e.job, LeaseEpoch: e.epoch, Step: e.step, Lines: lines}, true
+	return e.seq, before, &proto.Log{JobID: e.job, LeaseEpoch: e.epoch, Step: e.step, Lines: lines}, true
 }
 
 // ack forgets every frame up to seq and returns the highest seq acknowledged

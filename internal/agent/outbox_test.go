@@ -78,6 +78,24 @@ func TestOutboxAckAndReplay(t *testing.T) {
 	}
 }
 
+// A status's leading control frame (a job's ack) comes out with its first
+// write only: a replay after a reconnect sends the status alone.
+func TestOutboxLeadingFrameGoesOutOnce(t *testing.T) {
+	o := newOutbox(100, 10, time.Now)
+	ack := &proto.JobAck{JobID: "j", LeaseEpoch: 1}
+	o.addStatusAfter("j", 1, ack, &proto.JobStatus{JobID: "j", LeaseEpoch: 1, Status: kiln.JobRunning})
+	seq, before, m, ok := o.nextAfter()
+	if !ok || seq != 1 || before != ack || m.Type() != proto.TypeJobStatus {
+		t.Fatalf("first write: %d %v %v %v", seq, before, m, ok)
+	}
+	o.offline(time.Now())
+	o.online(time.Now())
+	seq, before, _, ok = o.nextAfter()
+	if !ok || seq != 1 || before != nil {
+		t.Fatalf("replay: seq %d, before %v, ok %v", seq, before, ok)
+	}
+}
+
 func TestOutboxOverflowKeepsStatusesAndMarksGap(t *testing.T) {
 	lost := time.Date(2025, 1, 1, 10, 0, 0, 0, time.UTC)
 	now := lost.Add(45 * time.Second)

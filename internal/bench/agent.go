@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/kilnci/kiln"
+	"github.com/kilnci/kiln/internal/cork"
 	"github.com/kilnci/kiln/internal/proto"
 )
 
@@ -21,6 +24,7 @@ import (
 // order.
 type agent struct {
 	ws  *websocket.Conn
+	net *cork.Conn // under ws
 	id  string
 	job func(a *agent, d *proto.Dispatch, at time.Time)
 
@@ -45,12 +49,21 @@ type ackWaiter struct {
 // per dispatch; nil keeps the agent idle.
 func dialAgent(ctx context.Context, url, token, id string, labels []string, maxJobs int,
 	job func(*agent, *proto.Dispatch, time.Time)) (*agent, error) {
-	ws, _, err := websocket.Dial(ctx, url, nil)
+	var nc *cork.Conn
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		nc = cork.New(c, 10*time.Second)
+		return nc, nil
+	}}
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: connect: %w", id, err)
 	}
 	ws.SetReadLimit(64 << 20)
-	a := &agent{ws: ws, id: id, job: job, ackSig: make(chan struct{}), closed: make(chan struct{})}
+	a := &agent{ws: ws, net: nc, id: id, job: job, ackSig: make(chan struct{}), closed: make(chan struct{})}
 	for _, m := range []proto.Message{
 		&proto.Auth{Token: token, ProtocolVersion: proto.Version, AgentVersion: "bench"},
 		&proto.Register{AgentID: id, AgentSecret: agentSecretFor(id), Labels: labels, MaxJobs: maxJobs, OS: "linux", Arch: "amd64", Hostname: "bench"},
@@ -177,6 +190,17 @@ func (a *agent) waitAcked(ctx context.Context, seq uint64) error {
 
 func (a *agent) close() { a.ws.CloseNow() }
 
+// start acknowledges a job and reports it running in one write, as
+// kiln's agent does (package cork).
+func (a *agent) start(ctx context.Context, d *proto.Dispatch) error {
+	a.net.Cork()
+	defer a.net.Uncork()
+	if err := a.send(ctx, &proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch}); err != nil {
+		return err
+	}
+	return a.send(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: time.Now()})
+}
+
 // runNoop runs a job as nothing at all: ack, running, success. freeing,
 // when set, is called just before the success goes out (the agent is free
 // from then on); finished is called once the server stored the success.
@@ -188,8 +212,7 @@ func runNoop(a *agent, d *proto.Dispatch, freeing, finished func()) {
 // its success: the agent is busy, and asks for nothing, that long.
 func runFor(a *agent, d *proto.Dispatch, hold time.Duration, freeing, finished func()) {
 	ctx := context.Background()
-	if a.send(ctx, &proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch}) != nil ||
-		a.send(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: time.Now()}) != nil {
+	if a.start(ctx, d) != nil {
 		return
 	}
 	if hold > 0 {

@@ -212,8 +212,7 @@ func (r *logRound) seen() {
 func (r *logRun) job(a *agent, d *proto.Dispatch, _ time.Time) {
 	ctx := context.Background()
 	round := r.cur.Load()
-	if a.send(ctx, &proto.JobAck{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch}) != nil ||
-		a.send(ctx, &proto.JobStatus{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Status: kiln.JobRunning, Time: time.Now()}) != nil {
+	if a.start(ctx, d) != nil {
 		return
 	}
 	m := &proto.Log{JobID: d.JobID, LeaseEpoch: d.LeaseEpoch, Step: 0, Lines: make([]proto.LogLine, 0, logFrameLines)}

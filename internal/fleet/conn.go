@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
+	"github.com/kilnci/kiln/internal/cork"
 	"github.com/kilnci/kiln/internal/proto"
 	"github.com/kilnci/kiln/internal/store"
 )
@@ -23,7 +24,7 @@ import (
 type conn struct {
 	f   *Fleet
 	ws  *websocket.Conn
-	net *corkConn // under ws
+	net *cork.Conn // under ws
 	id  string
 
 	// token is set once, under the registry's lock (authenticated); other

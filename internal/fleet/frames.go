@@ -20,7 +20,7 @@ import (
 // not be stored because the store failed is never acknowledged: the
 // connection closes (4006) and the agent replays it after reconnecting.
 func (c *conn) next() (closeCause, bool) {
-	defer c.net.uncork() // what a handler corked, with the ack
+	defer c.net.Uncork() // what a handler corked, with the ack
 	seq, m, cause, ok := c.decode()
 	if !ok {
 		return cause, false
@@ -237,7 +237,7 @@ func (c *conn) jobStatus(a *agent, m *proto.JobStatus, seq uint64) error {
 		case len(held) > 0:
 			// The next job and this frame's ack leave in one write:
 			// next uncorks after the ack.
-			c.net.cork()
+			c.net.Cork()
 			f.disp.claimedOnCompletion(a, held, f.now().Sub(started))
 		case finished:
 			f.disp.agentFree(a)

@@ -66,7 +66,7 @@ func (c *conn) ack(seq uint64) {
 		return
 	}
 	wait := a.since.Add(ackDelay).Sub(now)
-	if c.net.isCorked() || wait <= 0 {
+	if c.net.Corked() || wait <= 0 {
 		c.sendPendingLocked()
 		return
 	}
