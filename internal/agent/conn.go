@@ -52,8 +52,11 @@ func refuseRedirect(req *http.Request, via []*http.Request) error {
 
 // corkingClient is noRedirects for one connection, whose network
 // connection (under TLS, if any) it hands to got, corkable. hook, when
-// set, wraps the connection first.
-func corkingClient(timeout time.Duration, hook func(net.Conn) net.Conn, got func(*cork.Conn)) *http.Client {
+// set, wraps the connection first. The held bytes' write has no deadline
+// of its own, as the outbox's frames never had one: a slow link may take
+// long over a batch of log frames, and a dead one ends the session (its
+// pings go unanswered), which closes the connection under the write.
+func corkingClient(hook func(net.Conn) net.Conn, got func(*cork.Conn)) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	dial := tr.DialContext
 	if dial == nil {
@@ -67,7 +70,7 @@ func corkingClient(timeout time.Duration, hook func(net.Conn) net.Conn, got func
 		if hook != nil {
 			c = hook(c)
 		}
-		nc := cork.New(c, timeout)
+		nc := cork.New(c, 0)
 		got(nc)
 		return nc, nil
 	}
@@ -86,7 +89,7 @@ func (a *agent) session(life context.Context) (registered bool, err error) {
 	began := a.now() // the orchestrator cannot have heard from this connection before
 	target := a.target()
 	var nc *cork.Conn
-	client := corkingClient(a.cfg.WriteTimeout, a.cfg.netHook, func(c *cork.Conn) { nc = c })
+	client := corkingClient(a.cfg.netHook, func(c *cork.Conn) { nc = c })
 	defer client.CloseIdleConnections()
 	conn, _, err := websocket.Dial(hctx, target, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"kiln-agent/" + a.cfg.Version}},

@@ -29,8 +29,9 @@ type Conn struct {
 	buf    *[]byte // the held bytes while corked, from bufs
 }
 
-// New wraps c. timeout bounds the write that sends held bytes: held
-// writes returned at once, so no caller's deadline covers them.
+// New wraps c. timeout, when positive, bounds the write that sends held
+// bytes: held writes returned at once, so no caller's deadline covers
+// them. Zero leaves that write to end when the connection does.
 func New(c net.Conn, timeout time.Duration) *Conn {
 	return &Conn{Conn: c, timeout: timeout}
 }
@@ -75,7 +76,7 @@ func (c *Conn) Cork() {
 	c.mu.Unlock()
 }
 
-// Uncork sends what was held, within the write timeout. A failed write
+// Uncork sends what was held, within the write timeout if any. A failed write
 // ends the connection the way coder/websocket's own timeouts do: the
 // reader sees it closed.
 func (c *Conn) Uncork() {
@@ -87,11 +88,13 @@ func (c *Conn) Uncork() {
 	b := c.buf
 	c.corked, c.buf = false, nil
 	if len(*b) > 0 {
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+		if c.timeout > 0 {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+			defer func() { _ = c.Conn.SetWriteDeadline(time.Time{}) }()
+		}
 		if _, err := c.Conn.Write(*b); err != nil {
 			_ = c.Conn.Close()
 		}
-		_ = c.Conn.SetWriteDeadline(time.Time{})
 	}
 	if cap(*b) <= 64<<10 {
 		*b = (*b)[:0]

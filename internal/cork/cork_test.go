@@ -19,10 +19,11 @@ import (
 // writeLog is a net.Conn that records each Write it is given.
 type writeLog struct {
 	net.Conn
-	mu     sync.Mutex
-	writes []string
-	fail   error
-	closed bool
+	mu        sync.Mutex
+	writes    []string
+	fail      error
+	closed    bool
+	deadlines []time.Time // each SetWriteDeadline
 }
 
 func (w *writeLog) Write(p []byte) (int, error) {
@@ -35,8 +36,13 @@ func (w *writeLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *writeLog) SetWriteDeadline(time.Time) error { return nil }
-func (w *writeLog) Close() error                     { w.closed = true; return nil }
+func (w *writeLog) SetWriteDeadline(t time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadlines = append(w.deadlines, t)
+	return nil
+}
+func (w *writeLog) Close() error { w.closed = true; return nil }
 
 func (w *writeLog) got() []string {
 	w.mu.Lock()
@@ -172,6 +178,25 @@ func TestCorkedClientFramesReachTheServer(t *testing.T) {
 			}
 		case <-ctx.Done():
 			t.Fatal("the held frames never arrived")
+		}
+	}
+}
+
+// A timeout bounds the write that uncorks and is lifted after it; without
+// one, no deadline is set at all (the agent's side: a slow link may take
+// long over a batch of log frames).
+func TestUncorkDeadlineOnlyWithATimeout(t *testing.T) {
+	for _, tc := range []struct {
+		timeout time.Duration
+		want    int
+	}{{time.Second, 2}, {0, 0}} {
+		under := &writeLog{}
+		c := cork.New(under, tc.timeout)
+		c.Cork()
+		_, _ = c.Write([]byte("frames"))
+		c.Uncork()
+		if len(under.deadlines) != tc.want || (tc.want == 2 && (under.deadlines[0].IsZero() || !under.deadlines[1].IsZero())) {
+			t.Fatalf("timeout %s: deadlines %v", tc.timeout, under.deadlines)
 		}
 	}
 }
