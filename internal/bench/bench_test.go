@@ -93,7 +93,7 @@ func TestBenchMeasuresEveryScenario(t *testing.T) {
 			var out bytes.Buffer
 			bench.Print(&out, report)
 			met, missed := report.Tally()
-			for _, want := range []string{"SCENARIO", "webhook sent → job received by idle agent, p99", "jobs/s", "lines/s", "KiB"} {
+			for _, want := range []string{"SCENARIO", "webhook sent → job received by idle agent, p99", "on its own database again (a restart)", "jobs/s", "lines/s", "KiB"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("the table lacks %q:\n%s", want, out.String())
 				}

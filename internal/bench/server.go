@@ -154,13 +154,7 @@ func (s *serverProc) waitReady(ctx context.Context) error {
 // what it kept.
 func (s *serverProc) stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(15 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
-		}
+		s.terminate()
 	}
 	if s.drop != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -168,6 +162,45 @@ func (s *serverProc) stop() {
 		cancel()
 	}
 	_ = os.RemoveAll(s.dir)
+}
+
+// restart stops the server (SIGTERM) and starts it again with the same
+// arguments, on the same data directory and database, timing exec →
+// /ready again.
+func (s *serverProc) restart(ctx context.Context) error {
+	s.terminate()
+	logFile, err := os.OpenFile(s.logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(s.cmd.Path, s.cmd.Args[1:]...)
+	cmd.Env, cmd.SysProcAttr = s.cmd.Env, s.cmd.SysProcAttr
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
+	s.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		close(exited) // nothing to wait for: stop must not block on it
+		return fmt.Errorf("restart %s: %w", cmd.Path, err)
+	}
+	go func() { _ = cmd.Wait(); close(exited) }()
+	if err := s.waitReady(ctx); err != nil {
+		return err
+	}
+	s.ready = time.Since(s.started)
+	return nil
+}
+
+// terminate ends the process: SIGTERM, then SIGKILL after 15 s.
+func (s *serverProc) terminate() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
 }
 
 // logTail is the end of the server's output, for error messages.
