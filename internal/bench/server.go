@@ -57,7 +57,7 @@ func (b *bench) startServer(ctx context.Context, o serverOptions) (s *serverProc
 	if err != nil {
 		return nil, err
 	}
-	s = &serverProc{dir: dir, logPath: filepath.Join(dir, "server.log"), exited: make(chan struct{})}
+	s = &serverProc{dir: dir, logPath: filepath.Join(dir, "server.log")}
 	defer func() {
 		if err != nil {
 			s.stop()
@@ -99,29 +99,14 @@ func (b *bench) startServer(ctx context.Context, o serverOptions) (s *serverProc
 		args = append(args, "--memprofile", fmt.Sprintf("%s.%s.%d", b.cfg.MemProfile, b.scenario, b.servers))
 	}
 	admin := "kadm_bench" + randomHex(16)
-	logFile, err := os.Create(s.logPath)
-	if err != nil {
-		return s, err
-	}
-	defer logFile.Close()
-	s.cmd = exec.Command(b.cfg.Binary, args...)
-	s.cmd.Env = append(append(os.Environ(), "KILN_ADMIN_TOKEN="+admin), b.cfg.Env...)
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := exec.Command(b.cfg.Binary, args...)
+	cmd.Env = append(append(os.Environ(), "KILN_ADMIN_TOKEN="+admin), b.cfg.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s.url, s.token = "http://"+addr, admin
 	if s.client, err = api.NewClient(s.url, admin); err != nil {
 		return s, err
 	}
-	s.started = time.Now()
-	if err := s.cmd.Start(); err != nil {
-		return s, fmt.Errorf("start %s: %w", b.cfg.Binary, err)
-	}
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	if err := s.waitReady(ctx); err != nil {
-		return s, err
-	}
-	s.ready = time.Since(s.started)
-	return s, nil
+	return s, s.launch(ctx, cmd)
 }
 
 // waitReady polls /ready every millisecond: the start-up time is measured
@@ -169,20 +154,26 @@ func (s *serverProc) stop() {
 // /ready again.
 func (s *serverProc) restart(ctx context.Context) error {
 	s.terminate()
-	logFile, err := os.OpenFile(s.logPath, os.O_WRONLY|os.O_APPEND, 0)
+	cmd := exec.Command(s.cmd.Path, s.cmd.Args[1:]...)
+	cmd.Env, cmd.SysProcAttr = s.cmd.Env, s.cmd.SysProcAttr
+	return s.launch(ctx, cmd)
+}
+
+// launch starts cmd with its output added to the server's log and waits
+// until /ready answers, timing exec → /ready.
+func (s *serverProc) launch(ctx context.Context, cmd *exec.Cmd) error {
+	logFile, err := os.OpenFile(s.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(s.cmd.Path, s.cmd.Args[1:]...)
-	cmd.Env, cmd.SysProcAttr = s.cmd.Env, s.cmd.SysProcAttr
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	exited := make(chan struct{})
 	s.cmd, s.exited = cmd, exited
 	s.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		close(exited) // nothing to wait for: stop must not block on it
-		return fmt.Errorf("restart %s: %w", cmd.Path, err)
+		return fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	go func() { _ = cmd.Wait(); close(exited) }()
 	if err := s.waitReady(ctx); err != nil {
