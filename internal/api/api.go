@@ -189,7 +189,7 @@ func New(deps Deps, cfg Config) (http.Handler, error) {
 // when a best-effort write has failed, one small write (B131): a database
 // that answers reads but cannot write (a full disk) is not ready.
 func (s *server) databaseReady(ctx context.Context) error {
-	if _, err := s.DB.Runs().List(ctx, store.RunFilter{Limit: 1}); err != nil {
+	if err := s.DB.ProbeRead(ctx); err != nil {
 		return err
 	}
 	if err := s.DB.ProbeWrite(ctx); err != nil {

@@ -194,7 +194,9 @@ func (d *dispatcher) route(ctx context.Context, hint int, full bool) (done, shor
 	}
 	keys, err := f.db.Queue().Keys(ctx)
 	if err != nil {
-		f.log.Error("fleet: reading the queue failed; the redrive will retry", "err", err)
+		if ctx.Err() == nil { // a stop is no failure to report
+			f.log.Error("fleet: reading the queue failed; the redrive will retry", "err", err)
+		}
 		return true, false
 	}
 	live := make(map[string]bool, len(keys))
@@ -389,7 +391,9 @@ func (d *dispatcher) claimBatch(ctx context.Context, picks []pick) int {
 		return eff, nil
 	})
 	if err != nil {
-		d.f.log.Error("fleet: claiming jobs failed; the redrive will retry", "err", err)
+		if ctx.Err() == nil {
+			d.f.log.Error("fleet: claiming jobs failed; the redrive will retry", "err", err)
+		}
 		return 0
 	}
 	took := d.f.now().Sub(started)

@@ -218,7 +218,7 @@ func (p *Processor) done(d store.Delivery) {
 func (p *Processor) Run(ctx context.Context) error {
 	// What this processor's owner held before a restart is taken up now,
 	// not when those claims expire.
-	if n, err := p.db.Ingress().Release(ctx, p.cfg.Owner, p.owner); err != nil {
+	if n, err := p.db.Ingress().Release(ctx, p.cfg.Owner, p.owner); err != nil && ctx.Err() == nil {
 		p.log.Warn("release the deliveries held before a restart", "err", err)
 	} else if n > 0 {
 		p.log.Info("taking up the deliveries held when this server stopped", "count", n)

@@ -276,7 +276,9 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) recover(ctx context.Context) {
 	spawns, err := m.db.Scalers().List(ctx, m.cfg.Instance)
 	if err != nil {
-		m.log.Error("scaler: reading the spawns of the previous process failed", "err", err)
+		if ctx.Err() == nil { // not when the server stops during its start
+			m.log.Error("scaler: reading the spawns of the previous process failed", "err", err)
+		}
 		return
 	}
 	known := map[string]bool{}

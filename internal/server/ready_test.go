@@ -21,11 +21,7 @@ import (
 func TestReadyMeansAgentsAreAccepted(t *testing.T) {
 	for _, b := range storetest.Backends {
 		t.Run(b.Name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.DataDir, cfg.Listen, cfg.LocalAgents = t.TempDir(), "127.0.0.1:0", 0
-			if b.Name != "sqlite" {
-				cfg.Database = b.URL(t)
-			}
+			cfg := backendConfig(t, b)
 			var logged lockedLog
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -50,6 +46,17 @@ func TestReadyMeansAgentsAreAccepted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// backendConfig is a server on b with a data directory of the test's, a
+// free port and no local agents.
+func backendConfig(t *testing.T, b storetest.Backend) Config {
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.Listen, cfg.LocalAgents = t.TempDir(), "127.0.0.1:0", 0
+	if b.Name != "sqlite" {
+		cfg.Database = b.URL(t)
+	}
+	return cfg
 }
 
 func get(t *testing.T, url string) int {

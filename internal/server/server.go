@@ -81,6 +81,11 @@ const (
 // requests in flight finish, agent connections close (their agents
 // reconnect to the next server), and runs stay in the database to continue
 // after a restart.
+//
+// A stop is no failure wherever it comes, during start-up included:
+// whatever was waiting for the database (the migration lock, a first
+// query) gives up with the context, and Run returns nil, so a supervisor
+// restarting a server that had just started does not see it fail.
 func Run(ctx context.Context, cfg Config, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -89,6 +94,15 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	if log == nil {
 		log = newLogger(os.Stderr, cfg.Log)
 	}
+	err := run(ctx, cfg, opts, log)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		log.Info("kiln server stopped; the stop interrupted work in progress", "work", err)
+		return nil
+	}
+	return err
+}
+
+func run(ctx context.Context, cfg Config, opts Options, log *slog.Logger) error {
 	if opts.Out == nil {
 		opts.Out = os.Stdout
 	}

@@ -60,7 +60,8 @@ type Config struct {
 	// DedupTTL is how long a webhook delivery id is remembered. Default 24h.
 	DedupTTL time.Duration
 
-	// MaxConns bounds the PostgreSQL pool. Default 16.
+	// MaxConns bounds the PostgreSQL pool. Default 16. One connection more
+	// is held for readiness probes (ProbeRead).
 	MaxConns int
 	// ReadConns bounds SQLite's read-only pool. Default 4.
 	ReadConns int
@@ -135,6 +136,7 @@ type DB struct {
 	comb      *combiner     // SQLite: group commit of concurrent writes
 	ckpt      *checkpointer // SQLite: checkpoints off the writer
 	claimer   *pgClaimer    // PostgreSQL: combined claims
+	probe     *prober       // PostgreSQL: readiness probes' own connection
 	keys      keyCache      // the distinct queued keys, for claims
 	rebound   sync.Map      // SQL with ? → SQL for this dialect
 	stmts     sync.Map      // SQLite: SQL → statement prepared on the writer
@@ -171,6 +173,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if c.dialect.name() == "sqlite" {
 		c.startCombiner()
 	} else {
+		if err := c.holdProbe(ctx); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
 		c.startClaimer()
 	}
 	return c, nil
@@ -184,6 +190,9 @@ func (db *DB) Close() error {
 			db.claimer.stop()
 		}
 		var errs []error
+		if db.probe != nil {
+			errs = append(errs, db.probe.close())
+		}
 		if db.ckpt != nil {
 			errs = append(errs, db.ckpt.stop())
 		}
