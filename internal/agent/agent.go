@@ -184,7 +184,12 @@ func (a *agent) run(ctx context.Context) error {
 		if a.cfg.waitHook != nil {
 			a.cfg.waitHook(d)
 		}
-		a.log.Warn("no connection to the orchestrator", "err", err, "retry_in", d.Round(time.Millisecond))
+		var leaving *leavingError
+		if errors.As(err, &leaving) {
+			a.log.Info("the orchestrator went away (stopping or restarting); reconnecting", "err", err, "retry_in", d.Round(time.Millisecond))
+		} else {
+			a.log.Warn("no connection to the orchestrator", "err", err, "retry_in", d.Round(time.Millisecond))
+		}
 		a.pause(life, d)
 	}
 }

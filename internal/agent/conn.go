@@ -518,5 +518,17 @@ func (s *session) outcome(err error) error {
 	case proto.CloseTokenRevoked:
 		return &fatalError{fmt.Errorf("the agent token was revoked (close %d%s)", ce.Code, detail)}
 	}
-	return fmt.Errorf("the orchestrator closed the connection (close %d%s)", ce.Code, detail)
+	err = fmt.Errorf("the orchestrator closed the connection (close %d%s)", ce.Code, detail)
+	if ce.Code == proto.CloseGoingAway {
+		return &leavingError{err}
+	}
+	return err
 }
+
+// leavingError is the orchestrator's going away (close 1001: it stops or
+// restarts): the agent reconnects as after any lost connection, but the
+// operator who stopped the server need not be warned about it.
+type leavingError struct{ err error }
+
+func (e *leavingError) Error() string { return e.err.Error() }
+func (e *leavingError) Unwrap() error { return e.err }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -218,6 +219,30 @@ func TestRetryableClosesReconnect(t *testing.T) {
 	c.Handshake(t, proto.RegisterAck{})
 	c.Close(nil, proto.CloseGoingAway, "restart")
 	h.connect(t, proto.RegisterAck{})
+}
+
+// An orchestrator going away (close 1001: its server stops or restarts) is
+// no fault to warn about: the agent notes it and reconnects; any other lost
+// connection is a warning.
+func TestAGoingAwayOrchestratorIsNoWarning(t *testing.T) {
+	var logs syncBuffer
+	orch := agenttest.New(t)
+	h := startAgent(t, orch, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	c, _ := h.connect(t, proto.RegisterAck{})
+	c.Close(nil, proto.CloseGoingAway, "the orchestrator is shutting down")
+	h.delay(t)
+	c, _ = h.connect(t, proto.RegisterAck{}) // after the log line of the retry
+	if got := logs.String(); strings.Contains(got, "level=WARN") || !strings.Contains(got, "level=INFO msg=\"the orchestrator went away") {
+		t.Fatalf("after a 1001 close the agent logged:\n%s", got)
+	}
+	c.Drop()
+	h.delay(t)
+	h.connect(t, proto.RegisterAck{}) // after the log line of the retry
+	if got := logs.String(); !strings.Contains(got, "level=WARN msg=\"no connection to the orchestrator\"") {
+		t.Fatalf("a dropped connection was not warned about:\n%s", got)
+	}
 }
 
 // Proves B50 (docs/behaviours.md).
