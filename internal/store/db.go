@@ -60,8 +60,8 @@ type Config struct {
 	// DedupTTL is how long a webhook delivery id is remembered. Default 24h.
 	DedupTTL time.Duration
 
-	// MaxConns bounds the PostgreSQL pool. Default 16. One connection more
-	// is held for readiness probes (ProbeRead).
+	// MaxConns bounds the PostgreSQL pool. Default 16. Readiness probes
+	// (ProbeRead) have one connection more, of their own.
 	MaxConns int
 	// ReadConns bounds SQLite's read-only pool. Default 4.
 	ReadConns int
@@ -173,10 +173,6 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if c.dialect.name() == "sqlite" {
 		c.startCombiner()
 	} else {
-		if err := c.holdProbe(ctx); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
 		c.startClaimer()
 	}
 	return c, nil

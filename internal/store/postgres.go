@@ -122,25 +122,15 @@ func openPostgres(ctx context.Context, c *DB) error {
 	}
 	c.dialect = postgresDialect{}
 	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(c.cfg.MaxConns + 1) // one more for readiness probes (probe.go)
-	db.SetMaxIdleConns(c.cfg.MaxConns + 1)
+	db.SetMaxOpenConns(c.cfg.MaxConns)
+	db.SetMaxIdleConns(c.cfg.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return fmt.Errorf("store: connect to PostgreSQL %s@%s/%s: %w", cfg.User, cfg.Host, cfg.Database, err)
 	}
 	c.write, c.read = db, db
-	return nil
-}
-
-// holdProbe takes the pool's idle connection — the one the migrations
-// just used, so no new backend — for readiness probes.
-func (c *DB) holdProbe(ctx context.Context) error {
-	conn, err := c.write.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("store: connect to PostgreSQL: %w", err)
-	}
-	c.probe = newProber(conn)
+	c.probe = newProber(ctx, cfg)
 	return nil
 }
 
