@@ -109,6 +109,24 @@ type LogQuery struct {
 // history is sent (or, following, until every job in scope finished). An
 // error from fn stops the stream and is returned.
 func (c *Client) Logs(ctx context.Context, run string, q LogQuery, fn func(LogLine) error) error {
+	return c.LogsRaw(ctx, run, q, decodingEach(fn))
+}
+
+// decodingEach is fn behind a decoder of raw lines.
+func decodingEach(fn func(LogLine) error) func([]byte) error {
+	return func(line []byte) error {
+		l, err := decodeLogLine(line)
+		if err != nil {
+			return kiln.Errorf(kiln.CodeInternal, "the server sent a log line kiln cannot read: %v", err)
+		}
+		return fn(l)
+	}
+}
+
+// LogsRaw is Logs without decoding: fn gets each line as the server sent it
+// (one JSON object, the LogLine's fields, without its newline), valid only
+// until fn returns. For a client that passes lines on, or counts them.
+func (c *Client) LogsRaw(ctx context.Context, run string, q LogQuery, fn func(line []byte) error) error {
 	v := url.Values{}
 	set(v, "job", q.Job)
 	if q.Step != nil {
@@ -130,12 +148,19 @@ func (c *Client) Logs(ctx context.Context, run string, q LogQuery, fn func(LogLi
 // maxLineBytes bounds one NDJSON line the client accepts.
 const maxLineBytes = 4 << 20
 
-// readLines decodes NDJSON log lines. A last line without its newline means
+// readLines splits NDJSON log lines. A last line without its newline means
 // the stream was cut (the server dropped it, or the connection broke).
-func readLines(ctx context.Context, br *bufio.Reader, fn func(LogLine) error) error {
+func readLines(ctx context.Context, br *bufio.Reader, fn func([]byte) error) error {
 	var line []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
+		if err == nil && len(line) == 0 {
+			// The whole line is in the reader's buffer: no copy.
+			if err := fn(chunk[:len(chunk)-1]); err != nil {
+				return err
+			}
+			continue
+		}
 		line = append(line, chunk...)
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(line) > maxLineBytes {
@@ -152,14 +177,10 @@ func readLines(ctx context.Context, br *bufio.Reader, fn func(LogLine) error) er
 			}
 			return kiln.Errorf(kiln.CodeUnavailable, "the log stream was cut before it ended")
 		}
-		l, err := decodeLogLine(line)
-		if err != nil {
-			return kiln.Errorf(kiln.CodeInternal, "the server sent a log line kiln cannot read: %v", err)
-		}
-		line = line[:0]
-		if err := fn(l); err != nil {
+		if err := fn(line[:len(line)-1]); err != nil {
 			return err
 		}
+		line = line[:0]
 	}
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,7 +175,7 @@ func follow(ctx context.Context, s *serverProc, runID string, round *logRound, n
 	for i := range viewers {
 		viewers[i] = &viewer{round: round}
 		go func() {
-			errs <- s.client.FollowLogs(ctx, runID, run.Jobs[i].ID, viewers[i].line)
+			errs <- s.client.LogsRaw(ctx, runID, api.LogQuery{Job: run.Jobs[i].ID, Follow: true}, viewers[i].line)
 		}()
 	}
 	for range n {
@@ -258,7 +259,10 @@ func (r *logRun) job(a *agent, d *proto.Dispatch, _ time.Time) {
 }
 
 // viewer follows a job's log: it counts lines and samples, once per
-// frame, how long a line took from its agent to here.
+// frame's worth of lines, how long a line took from its agent to here. It
+// reads each line raw, as a browser would take it, and decodes only the
+// sampled ones: decoding every line cost the bench process ~0.4 of the two
+// cores it shares with the server (bench.md, thirteenth pass).
 type viewer struct {
 	round    *logRound
 	lines    int64
@@ -268,22 +272,25 @@ type viewer struct {
 
 var errBadLine = errors.New("a log line without the bench's timestamp")
 
-func (v *viewer) line(l api.LogLine) error {
+// benchText is how a sampled line's text starts on the wire.
+var benchText = []byte(`"text":"t=`)
+
+func (v *viewer) line(raw []byte) error {
 	now := time.Now()
 	v.lines++
 	v.lastSeen = now
-	if l.Seq == 1 {
+	if v.lines == 1 { // the job's hello: its follow is live
 		v.round.seen()
 		return nil
 	}
-	if (l.Seq-2)%logFrameLines != 0 {
+	if (v.lines-2)%logFrameLines != 0 {
 		return nil
 	}
-	ts, ok := strings.CutPrefix(l.Text, "t=")
-	if !ok || len(ts) < 19 {
+	i := bytes.Index(raw, benchText)
+	if i < 0 || len(raw) < i+len(benchText)+19 {
 		return errBadLine
 	}
-	ns, err := strconv.ParseInt(ts[:19], 10, 64)
+	ns, err := strconv.ParseInt(string(raw[i+len(benchText):i+len(benchText)+19]), 10, 64)
 	if err != nil {
 		return errBadLine
 	}
