@@ -182,3 +182,25 @@ func BenchmarkLiveLineLatency(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2]), "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100]), "p99-ms")
 }
+
+// BenchmarkFollow50kLines times a page's live follow (server-sent events)
+// delivering a job's 50,000 lines that are all there when it connects, as
+// after a reconnect to a chatty job: what the server spends per line of a
+// follow. SQLite.
+func BenchmarkFollow50kLines(b *testing.B) {
+	d := newSQLiteDash(b, web.Config{})
+	run := d.Dispatch(b)
+	l := d.Claim(b, "agent-1")
+	appendLines(b, d, l, 0, 50000)
+	d.Finish(b, l, kiln.JobSuccess)
+	c := d.login(b, d.Token)
+	u := fmt.Sprintf("%s/runs/%d/jobs/%s/follow", d.URL, run.Number, l.JobID)
+	b.ResetTimer()
+	for b.Loop() {
+		code, body := get(b, c, u)
+		if n := strings.Count(body, "\ndata: {\"s\":"); code != http.StatusOK || n != 50000 || !strings.Contains(body, "event: end") {
+			b.Fatalf("%d: %d lines", code, n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/50000, "ns/line")
+}

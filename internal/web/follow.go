@@ -75,17 +75,15 @@ func (s *site) logFollow(w http.ResponseWriter, r *http.Request) error {
 	}()
 	ping := time.NewTicker(s.cfg.FollowKeepalive)
 	defer ping.Stop()
-	send := func(event, id, data string) error {
+	ev := &eventBatch{attempt: attempt, from: from}
+	flush := func() error {
+		if len(ev.buf) == 0 {
+			return nil
+		}
 		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		var b strings.Builder
-		if event != "" {
-			b.WriteString("event: " + event + "\n")
-		}
-		if id != "" {
-			b.WriteString("id: " + id + "\n")
-		}
-		b.WriteString("data: " + data + "\n\n")
-		if _, err := w.Write([]byte(b.String())); err != nil {
+		_, err := w.Write(ev.buf)
+		ev.buf = ev.buf[:0]
+		if err != nil {
 			return err
 		}
 		return rc.Flush()
@@ -97,36 +95,83 @@ func (s *site) logFollow(w http.ResponseWriter, r *http.Request) error {
 				return nil
 			}
 		case l, ok := <-lines:
+			// Every line ready goes out in one write and one flush: a chatty
+			// job's lines cost a system call per batch, not per line.
+			for n := 0; ok; n++ {
+				if ev.line(l) { // a newer attempt: the page reloads
+					_ = flush()
+					return nil
+				}
+				if n == maxEventBatch {
+					break
+				}
+				select {
+				case l, ok = <-lines:
+					continue
+				default:
+				}
+				break
+			}
+			if err := flush(); err != nil {
+				return nil
+			}
 			if !ok {
 				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 					s.log.Warn("web: a log follow ended early", "job", job.ID, "err", err)
 					return nil // the browser reconnects and resumes
 				}
-				_ = send("end", "", "{}")
-				return nil
-			}
-			if l.Attempt != attempt {
-				if l.Attempt > attempt {
-					_ = send("attempt", "", strconv.FormatInt(l.Attempt, 10))
-					return nil
-				}
-				continue
-			}
-			if l.Seq <= from[l.Step] {
-				continue
-			}
-			from[l.Step] = l.Seq
-			data, _ := json.Marshal(struct {
-				S int    `json:"s"`
-				Q uint64 `json:"q"`
-				C string `json:"c"`
-				H string `json:"h"`
-			}{l.Step, l.Seq, l.Stream, ansiHTML(l.Text)})
-			if err := send("", formatPosition(attempt, from), string(data)); err != nil {
+				ev.add("end", "", "{}")
+				_ = flush()
 				return nil
 			}
 		}
 	}
+}
+
+// maxEventBatch bounds the lines of one write of a follow.
+const maxEventBatch = 512
+
+// eventBatch builds a follow's server-sent events. Every line's event
+// carries the position after it as its id, so a page cut off anywhere in
+// a batch resumes exactly after the last line it got.
+type eventBatch struct {
+	attempt int64
+	from    map[int]uint64
+	buf     []byte
+}
+
+// line adds l's event, if the page has not got it yet; true when l is of a
+// newer attempt (the event then says so, and the follow ends).
+func (e *eventBatch) line(l api.LogLine) (newer bool) {
+	if l.Attempt != e.attempt {
+		if l.Attempt > e.attempt {
+			e.add("attempt", "", strconv.FormatInt(l.Attempt, 10))
+			return true
+		}
+		return false
+	}
+	if l.Seq <= e.from[l.Step] {
+		return false
+	}
+	e.from[l.Step] = l.Seq
+	data, _ := json.Marshal(struct {
+		S int    `json:"s"`
+		Q uint64 `json:"q"`
+		C string `json:"c"`
+		H string `json:"h"`
+	}{l.Step, l.Seq, l.Stream, ansiHTML(l.Text)})
+	e.add("", formatPosition(e.attempt, e.from), string(data))
+	return false
+}
+
+func (e *eventBatch) add(event, id, data string) {
+	if event != "" {
+		e.buf = append(e.buf, "event: "+event+"\n"...)
+	}
+	if id != "" {
+		e.buf = append(e.buf, "id: "+id+"\n"...)
+	}
+	e.buf = append(e.buf, "data: "+data+"\n\n"...)
 }
 
 // A position is "attempt|step:seq,step:seq": the attempt followed and the
