@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/kilnci/kiln"
 )
@@ -62,9 +63,9 @@ func checkCloneURL(raw string) error {
 	return nil
 }
 
-var headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
+var headerNameRE = lazyRegexp("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
 
-func validHeaderName(h string) bool { return headerNameRE.MatchString(h) }
+func validHeaderName(h string) bool { return headerNameRE().MatchString(h) }
 
 // parseRSAKey reads a GitHub App private key: PKCS#1 (what GitHub hands
 // out) or PKCS#8.
@@ -88,24 +89,24 @@ func parseRSAKey(pemText string) (*rsa.PrivateKey, error) {
 }
 
 // Repository names are owner/name, each part what GitHub and Gitea allow.
-var repoPartRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}$`)
+var repoPartRE = lazyRegexp(`^[A-Za-z0-9_.-]{1,100}$`)
 
 // splitRepo checks an owner/name repository and returns its two parts.
 func splitRepo(repo string) (owner, name string, err error) {
 	owner, name, ok := strings.Cut(repo, "/")
-	if !ok || !repoPartRE.MatchString(owner) || !repoPartRE.MatchString(name) ||
+	if !ok || !repoPartRE().MatchString(owner) || !repoPartRE().MatchString(name) ||
 		owner == "." || owner == ".." || name == "." || name == ".." {
 		return "", "", kiln.Errorf(kiln.CodeInvalid, "repository %q is not of the form owner/name", repo)
 	}
 	return owner, name, nil
 }
 
-var shaRE = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+var shaRE = lazyRegexp(`^[0-9a-f]{7,64}$`)
 
 // checkSHA accepts a (possibly abbreviated) lower-case hex commit id. Every
 // SHA reaches a URL path or a git argument, so nothing else gets through.
 func checkSHA(sha string) error {
-	if !shaRE.MatchString(sha) {
+	if !shaRE().MatchString(sha) {
 		return kiln.Errorf(kiln.CodeInvalid, "commit %q is not a hexadecimal commit id", sha)
 	}
 	return nil
@@ -133,3 +134,11 @@ func validRefName(ref string) bool {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// lazyRegexp compiles expr on first use: the validators' bounded
+// repetitions ({1,100}, {1,200}) compile to large programs, and every kiln
+// process (a CLI command, an agent) paid ~2 ms for them at start, most
+// never to use them.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}

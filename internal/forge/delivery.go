@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
 	"slices"
 
 	"github.com/kilnci/kiln"
@@ -170,8 +169,8 @@ func verify(src *Source, h http.Header, p *payload) error {
 }
 
 var (
-	eventRE    = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
-	deliveryRE = regexp.MustCompile(`^[\x21-\x7e]{1,200}$`)
+	eventRE    = lazyRegexp(`^[a-z][a-z0-9_.-]{0,63}$`)
+	deliveryRE = lazyRegexp(`^[\x21-\x7e]{1,200}$`)
 )
 
 // Identify reads a delivery's event type and id from its headers without
@@ -201,12 +200,12 @@ func identify(d *Delivery, h http.Header) error {
 	if d.Event == "" && d.Kind != kiln.SourceGeneric {
 		return kiln.Errorf(kiln.CodeInvalid, "the %s header is missing", eventHdr)
 	}
-	if d.Event != "" && !eventRE.MatchString(d.Event) {
+	if d.Event != "" && !eventRE().MatchString(d.Event) {
 		return kiln.Errorf(kiln.CodeInvalid, "the %s header is not an event name", eventHdr)
 	}
 	for _, name := range idHdrs {
 		if v := h.Get(name); v != "" {
-			if !deliveryRE.MatchString(v) {
+			if !deliveryRE().MatchString(v) {
 				return kiln.Errorf(kiln.CodeInvalid, "the %s header must be 1 to 200 printable characters without spaces", name)
 			}
 			d.ID = v

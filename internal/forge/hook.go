@@ -41,7 +41,7 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // hook still exits 0: post-receive runs after the refs moved, so failing
 // could not undo the push. Every value is single-quoted for sh.
 func HookScript(cfg HookConfig) (string, error) {
-	if !nameRE.MatchString(cfg.Source) {
+	if !nameRE().MatchString(cfg.Source) {
 		return "", kiln.Errorf(kiln.CodeInvalid, "source name %q is not valid", cfg.Source)
 	}
 	bin := cmpOr(cfg.Kiln, "kiln")

@@ -3,7 +3,6 @@ package forge
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 
 	"github.com/kilnci/kiln"
 )
@@ -102,12 +101,12 @@ type LocalConfig struct {
 	Path string `json:"path"`
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var nameRE = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // Validate reports the first problem with s as a plain sentence
 // (kiln.CodeInvalid), or nil. It does no I/O.
 func (s *Source) Validate() error {
-	if !nameRE.MatchString(s.Name) {
+	if !nameRE().MatchString(s.Name) {
 		return kiln.Errorf(kiln.CodeInvalid, "source name %q must be 1 to 63 lower-case letters, digits, dots, dashes or underscores, starting with a letter or digit", s.Name)
 	}
 	set := 0
