@@ -23,6 +23,7 @@ import (
 type prober struct {
 	db     *sql.DB       // at most one connection; probes queue for it
 	warmed chan struct{} // closed once the first connection is open (or failed)
+	stop   context.CancelFunc
 }
 
 // newProber opens the probe's pool and starts connecting it.
@@ -30,6 +31,7 @@ func newProber(ctx context.Context, cfg *pgx.ConnConfig) *prober {
 	p := &prober{db: stdlib.OpenDB(*cfg), warmed: make(chan struct{})}
 	p.db.SetMaxOpenConns(1)
 	p.db.SetMaxIdleConns(1)
+	ctx, p.stop = context.WithCancel(ctx)
 	go func() {
 		defer close(p.warmed)
 		_ = p.db.PingContext(ctx) // a failure shows at the first probe
@@ -65,6 +67,7 @@ func (p *prober) run(ctx context.Context) error {
 }
 
 func (p *prober) close() error {
+	p.stop() // a connection still being opened is given up
 	<-p.warmed
 	return p.db.Close()
 }
