@@ -277,7 +277,11 @@ func (a *agent) hardStop() {
 	a.changedLocked()
 	a.mu.Unlock()
 	a.stopNow()
-	a.log.Warn("stopping: force-cancelling running jobs", "running", len(execs))
+	if len(execs) > 0 {
+		a.log.Warn("stopping: force-cancelling running jobs", "running", len(execs))
+	} else {
+		a.log.Info("stopping")
+	}
 	for _, x := range execs {
 		x.Cancel(true)
 	}

@@ -245,6 +245,24 @@ func TestAGoingAwayOrchestratorIsNoWarning(t *testing.T) {
 	}
 }
 
+// An agent stopped with no job running says so without a warning: there
+// is nothing to force-cancel.
+func TestAStopWithNoJobIsNoWarning(t *testing.T) {
+	var logs syncBuffer
+	orch := agenttest.New(t)
+	h := startAgent(t, orch, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	h.connect(t, proto.RegisterAck{})
+	h.stop()
+	if err := h.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.String(); strings.Contains(got, "level=WARN") || !strings.Contains(got, "msg=stopping") {
+		t.Fatalf("a stop with no job logged:\n%s", got)
+	}
+}
+
 // Proves B50 (docs/behaviours.md).
 func TestPermanentClosesStopTheAgent(t *testing.T) {
 	cases := []struct {
