@@ -2,9 +2,7 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/api"
+	"github.com/kilnci/kiln/internal/jsonwire"
 )
 
 // logFollow streams a running job's new log lines as server-sent events
@@ -75,7 +74,7 @@ func (s *site) logFollow(w http.ResponseWriter, r *http.Request) error {
 	}()
 	ping := time.NewTicker(s.cfg.FollowKeepalive)
 	defer ping.Stop()
-	ev := &eventBatch{attempt: attempt, from: from}
+	ev := newEventBatch(attempt, from)
 	flush := func() error {
 		if len(ev.buf) == 0 {
 			return nil
@@ -137,7 +136,12 @@ const maxEventBatch = 512
 type eventBatch struct {
 	attempt int64
 	from    map[int]uint64
+	steps   []int // from's keys, sorted
 	buf     []byte
+}
+
+func newEventBatch(attempt int64, from map[int]uint64) *eventBatch {
+	return &eventBatch{attempt: attempt, from: from, steps: slices.Sorted(maps.Keys(from))}
 }
 
 // line adds l's event, if the page has not got it yet; true when l is of a
@@ -150,18 +154,43 @@ func (e *eventBatch) line(l api.LogLine) (newer bool) {
 		}
 		return false
 	}
-	if l.Seq <= e.from[l.Step] {
+	had, seen := e.from[l.Step]
+	if l.Seq <= had {
 		return false
 	}
+	if !seen {
+		i, _ := slices.BinarySearch(e.steps, l.Step)
+		e.steps = slices.Insert(e.steps, i, l.Step)
+	}
 	e.from[l.Step] = l.Seq
-	data, _ := json.Marshal(struct {
-		S int    `json:"s"`
-		Q uint64 `json:"q"`
-		C string `json:"c"`
-		H string `json:"h"`
-	}{l.Step, l.Seq, l.Stream, ansiHTML(l.Text)})
-	e.add("", formatPosition(e.attempt, e.from), string(data))
+	// id: the position; data: {"s":step,"q":seq,"c":stream,"h":html}.
+	b := append(e.buf, "id: "...)
+	b = e.appendPosition(b)
+	b = append(b, "\ndata: {\"s\":"...)
+	b = strconv.AppendInt(b, int64(l.Step), 10)
+	b = append(b, `,"q":`...)
+	b = strconv.AppendUint(b, l.Seq, 10)
+	b = append(b, `,"c":`...)
+	b = jsonwire.AppendString(b, l.Stream)
+	b = append(b, `,"h":`...)
+	b = jsonwire.AppendString(b, ansiHTML(l.Text))
+	e.buf = append(b, "}\n\n"...)
 	return false
+}
+
+// appendPosition appends "attempt|step:seq,step:seq", steps in order.
+func (e *eventBatch) appendPosition(b []byte) []byte {
+	b = strconv.AppendInt(b, e.attempt, 10)
+	b = append(b, '|')
+	for i, step := range e.steps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(step), 10)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, e.from[step], 10)
+	}
+	return b
 }
 
 func (e *eventBatch) add(event, id, data string) {
@@ -200,18 +229,6 @@ func parsePosition(p string) (int64, map[int]uint64, error) {
 		from[step] = seq
 	}
 	return attempt, from, nil
-}
-
-func formatPosition(attempt int64, from map[int]uint64) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d|", attempt)
-	for i, step := range slices.Sorted(maps.Keys(from)) {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%d:%d", step, from[step])
-	}
-	return b.String()
 }
 
 func (s *site) addViewer(jobID string) bool {

@@ -11,7 +11,7 @@ import (
 // after it as the id (a page cut off inside a batch resumes after its last
 // line), lines the page has skipped, and a newer attempt ending the batch.
 func TestEventBatch(t *testing.T) {
-	e := &eventBatch{attempt: 1, from: map[int]uint64{0: 2}}
+	e := newEventBatch(1, map[int]uint64{0: 2})
 	for _, l := range []api.LogLine{
 		{Attempt: 1, Step: 0, Seq: 2, Text: "had"},
 		{Attempt: 1, Step: 0, Seq: 3, Stream: "stdout", Text: "a"},
@@ -23,7 +23,7 @@ func TestEventBatch(t *testing.T) {
 		}
 	}
 	want := "id: 1|0:3\ndata: {\"s\":0,\"q\":3,\"c\":\"stdout\",\"h\":\"a\"}\n\n" +
-		"id: 1|0:3,1:1\ndata: {\"s\":1,\"q\":1,\"c\":\"stderr\",\"h\":\"\\u0026lt;b\\u0026gt;\"}\n\n"
+		"id: 1|0:3,1:1\ndata: {\"s\":1,\"q\":1,\"c\":\"stderr\",\"h\":\"&lt;b&gt;\"}\n\n"
 	if got := string(e.buf); got != want {
 		t.Fatalf("events:\n%s\nwant:\n%s", got, want)
 	}
