@@ -103,6 +103,10 @@ type LogQuery struct {
 	After  uint64
 	Limit  int
 	Follow bool
+	// Idle, when set, is called whenever every line received so far has
+	// been handed over and the stream has no more waiting: where a
+	// follower flushes its output, once per burst rather than per line.
+	Idle func() error
 }
 
 // Logs streams a run's log lines to fn, in order per step, until the
@@ -142,7 +146,7 @@ func (c *Client) LogsRaw(ctx context.Context, run string, q LogQuery, fn func(li
 		return err
 	}
 	defer resp.Body.Close()
-	return readLines(ctx, bufio.NewReaderSize(resp.Body, 64<<10), fn)
+	return readLines(ctx, bufio.NewReaderSize(resp.Body, 64<<10), fn, q.Idle)
 }
 
 // maxLineBytes bounds one NDJSON line the client accepts.
@@ -150,9 +154,14 @@ const maxLineBytes = 4 << 20
 
 // readLines splits NDJSON log lines. A last line without its newline means
 // the stream was cut (the server dropped it, or the connection broke).
-func readLines(ctx context.Context, br *bufio.Reader, fn func([]byte) error) error {
+func readLines(ctx context.Context, br *bufio.Reader, fn func([]byte) error, idle func() error) error {
 	var line []byte
 	for {
+		if idle != nil && len(line) == 0 && br.Buffered() == 0 {
+			if err := idle(); err != nil {
+				return err
+			}
+		}
 		chunk, err := br.ReadSlice('\n')
 		if err == nil && len(line) == 0 {
 			// The whole line is in the reader's buffer: no copy.

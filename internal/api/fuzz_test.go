@@ -96,7 +96,7 @@ func FuzzLogStream(f *testing.F) {
 			checkLogLineFastRoad(t, strings.TrimSuffix(line, "\n"))
 		}
 		n := 0
-		err := readLines(context.Background(), bufio.NewReader(strings.NewReader(data)), decodingEach(func(LogLine) error { n++; return nil }))
+		err := readLines(context.Background(), bufio.NewReader(strings.NewReader(data)), decodingEach(func(LogLine) error { n++; return nil }), nil)
 		if err != nil && kiln.ErrorMessage(err) == "" {
 			t.Fatalf("error without a message: %v", err)
 		}

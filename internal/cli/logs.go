@@ -73,10 +73,12 @@ finish; it then says on stderr how they ended and exits 1 if one did not succeed
 				default:
 					fmt.Fprintln(out, terminalSafe(l.Text, colour))
 				}
-				if q.Follow {
-					return out.Flush()
-				}
 				return nil
+			}
+			if q.Follow {
+				// What arrived together is printed together: one write per
+				// burst of lines, before the next wait for more.
+				q.Idle = out.Flush
 			}
 			for {
 				n = 0

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -194,6 +196,41 @@ func TestLogsPrintAndFollow(t *testing.T) {
 	code, _, errOut = o.kiln(t, "logs", "1", "test", "-f")
 	if code != ExitFailure || !strings.Contains(errOut, "job test failed") {
 		t.Fatalf("follow a failed job: %d %s", code, errOut)
+	}
+}
+
+// writeCounter counts the writes made to it.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) { w.writes++; return w.Buffer.Write(p) }
+
+// `kiln logs -f` prints what arrived together in one write: a job's 5,000
+// lines, all there when it connects, take a handful of writes, not one each.
+func TestLogsFollowWritesPerBurst(t *testing.T) {
+	o := newOp(t)
+	o.Dispatch(t)
+	l := o.Claim(t, "agent-1")
+	texts := make([]string, 5000)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("line %d", i+1)
+	}
+	o.Log(t, l, 0, 1, texts...)
+	o.Finish(t, l, kiln.JobSuccess)
+	var out writeCounter
+	var errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return o.vars[k] }}
+	if code := run(context.Background(), []string{"logs", "1", "build", "-f"}, e); code != ExitOK {
+		t.Fatalf("logs -f: %d %s", code, errb.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 5000 || !strings.HasSuffix(out.String(), "line 5000\n") {
+		t.Fatalf("%d lines printed", n)
+	}
+	t.Logf("5,000 lines in %d writes", out.writes)
+	if out.writes > 100 {
+		t.Fatalf("5,000 lines in %d writes", out.writes)
 	}
 }
 
