@@ -94,33 +94,28 @@ func (s *site) logFollow(w http.ResponseWriter, r *http.Request) error {
 				return nil
 			}
 		case l, ok := <-lines:
-			// Every line ready goes out in one write and one flush: a chatty
-			// job's lines cost a system call per batch, not per line.
-			for n := 0; ok; n++ {
-				if ev.line(l) { // a newer attempt: the page reloads
-					_ = flush()
-					return nil
-				}
-				if n == maxEventBatch {
-					break
-				}
-				select {
-				case l, ok = <-lines:
-					continue
-				default:
-				}
-				break
-			}
-			if err := flush(); err != nil {
-				return nil
-			}
 			if !ok {
 				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 					s.log.Warn("web: a log follow ended early", "job", job.ID, "err", err)
 					return nil // the browser reconnects and resumes
 				}
-				ev.add("end", "", "{}")
+				ev.add("end", "{}")
 				_ = flush()
+				return nil
+			}
+			// Every line ready goes out in one write and one flush: a chatty
+			// job's lines cost a system call per batch, not per line.
+			for n := 0; ; n++ {
+				if ev.line(l) { // a newer attempt: the page reloads
+					_ = flush()
+					return nil
+				}
+				if n == maxEventBatch || len(lines) == 0 {
+					break // a close, once the lines are drained, is the next receive
+				}
+				l = <-lines
+			}
+			if err := flush(); err != nil {
 				return nil
 			}
 		}
@@ -149,7 +144,7 @@ func newEventBatch(attempt int64, from map[int]uint64) *eventBatch {
 func (e *eventBatch) line(l api.LogLine) (newer bool) {
 	if l.Attempt != e.attempt {
 		if l.Attempt > e.attempt {
-			e.add("attempt", "", strconv.FormatInt(l.Attempt, 10))
+			e.add("attempt", strconv.FormatInt(l.Attempt, 10))
 			return true
 		}
 		return false
@@ -193,14 +188,9 @@ func (e *eventBatch) appendPosition(b []byte) []byte {
 	return b
 }
 
-func (e *eventBatch) add(event, id, data string) {
-	if event != "" {
-		e.buf = append(e.buf, "event: "+event+"\n"...)
-	}
-	if id != "" {
-		e.buf = append(e.buf, "id: "+id+"\n"...)
-	}
-	e.buf = append(e.buf, "data: "+data+"\n\n"...)
+// add adds a named event without an id (attempt, end).
+func (e *eventBatch) add(event, data string) {
+	e.buf = append(e.buf, "event: "+event+"\ndata: "+data+"\n\n"...)
 }
 
 // A position is "attempt|step:seq,step:seq": the attempt followed and the
