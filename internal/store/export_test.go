@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"time"
 )
@@ -74,4 +75,21 @@ func WALGeneration(url string) uint32 {
 		return 0
 	}
 	return binary.BigEndian.Uint32(hdr[12:16])
+}
+
+// ApplyMigrationSQL applies bodies as migrations numbered from 1001, the
+// way a start applies the files it finds pending: in one transaction.
+func ApplyMigrationSQL(ctx context.Context, db *DB, bodies ...string) error {
+	conn, err := db.write.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var ms []migration
+	for i, b := range bodies {
+		v := 1001 + i
+		ms = append(ms, migration{version: v, name: fmt.Sprintf("%04d_test.sql", v), sql: b})
+	}
+	_, err = applyPending(ctx, db, conn, ms)
+	return err
 }

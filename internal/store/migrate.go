@@ -14,9 +14,10 @@ import (
 
 // Migrations are embedded, numbered (migrations/<dialect>/NNNN_name.sql),
 // up-only and few: one per release that changes the schema, never one per
-// column. Each file runs in one transaction together with its row in
-// schema_migrations, so a crash mid-migration leaves the database at the
-// previous version.
+// column. The files a start applies run in one transaction, each with its
+// row in schema_migrations, so a crash mid-upgrade leaves the database at
+// the version it had; and a first start, which applies them all, commits
+// (and waits for the disk) once rather than once a file.
 
 //go:embed migrations
 var migrationFiles embed.FS
@@ -122,16 +123,15 @@ func applyMigrations(ctx context.Context, c *DB, conn *sql.Conn, all []migration
 			return fmt.Errorf("the database is at schema version %d, newer than this kiln knows (%d); run a newer kiln", v, latest)
 		}
 	}
-	var done []string
+	var pending []migration
 	for _, m := range all {
-		if applied[m.version] {
-			continue
+		if !applied[m.version] {
+			pending = append(pending, m)
 		}
-		if err := applyOne(ctx, c, conn, m); err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-		c.log.Debug("store: applied migration", "migration", m.name, "dialect", c.dialect.name())
-		done = append(done, strings.TrimSuffix(m.name, ".sql"))
+	}
+	done, err := applyPending(ctx, c, conn, pending)
+	if err != nil {
+		return err
 	}
 	// One line, not one per migration: a first start applies them all.
 	switch {
@@ -144,26 +144,36 @@ func applyMigrations(ctx context.Context, c *DB, conn *sql.Conn, all []migration
 	return nil
 }
 
-func applyOne(ctx context.Context, c *DB, conn *sql.Conn, m migration) error {
+// applyPending applies the migrations in one transaction and returns the
+// names of those it applied (another process may have applied some while
+// this one waited to begin).
+func applyPending(ctx context.Context, c *DB, conn *sql.Conn, pending []migration) ([]string, error) {
+	if len(pending) == 0 {
+		return nil, nil
+	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	// Another process may have applied it while we waited for the lock.
-	var n int
-	if err := tx.QueryRowContext(ctx, c.bind("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), m.version).Scan(&n); err != nil {
-		return err
+	var done []string
+	for _, m := range pending {
+		var n int
+		if err := tx.QueryRowContext(ctx, c.bind("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), m.version).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, c.bind("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"),
+			m.version, m.name, ms(c.now())); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		c.log.Debug("store: applying migration", "migration", m.name, "dialect", c.dialect.name())
+		done = append(done, strings.TrimSuffix(m.name, ".sql"))
 	}
-	if n > 0 {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, c.bind("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"),
-		m.version, m.name, ms(c.now())); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return done, tx.Commit()
 }

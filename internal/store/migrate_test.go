@@ -86,3 +86,28 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 		t.Errorf("Open without a Releaser: %v", err)
 	}
 }
+
+// The migrations a start applies commit together: one that fails leaves
+// the database at the version it had, the ones before it in the same start
+// undone too; when all succeed each has its row.
+func TestMigrationsOfOneStartCommitTogether(t *testing.T) {
+	storetest.ForEach(t, func(t *testing.T, db *store.DB) {
+		err := store.ApplyMigrationSQL(ctx, db, "CREATE TABLE m_first (id INTEGER)", "CREATE TABLE m_broken (")
+		if err == nil || !strings.Contains(err.Error(), "1002_test.sql") {
+			t.Fatalf("a broken migration: %v, want an error naming it", err)
+		}
+		if _, err := db.SQL().Exec("SELECT COUNT(*) FROM m_first"); err == nil {
+			t.Fatal("the migration before the broken one stayed applied")
+		}
+		var n int
+		if err := db.SQL().QueryRow("SELECT COUNT(*) FROM schema_migrations WHERE version > 1000").Scan(&n); err != nil || n != 0 {
+			t.Fatalf("schema_migrations rows of the failed start: %d %v, want none", n, err)
+		}
+		if err := store.ApplyMigrationSQL(ctx, db, "CREATE TABLE m_first (id INTEGER)", "CREATE TABLE m_second (id INTEGER)"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SQL().QueryRow("SELECT COUNT(*) FROM schema_migrations WHERE version > 1000").Scan(&n); err != nil || n != 2 {
+			t.Fatalf("schema_migrations rows: %d %v, want 2", n, err)
+		}
+	})
+}
