@@ -108,6 +108,11 @@ type Config struct {
 	// Scaler, when set, starts agents for jobs no idle agent takes
 	// (internal/scaler) and is told of its agents' lives.
 	Scaler Scaler
+
+	// OnRegister, when set, is called with an agent's id once its
+	// registration is committed and acknowledged (the server's start-up
+	// waits for its local agents with it). It must not block.
+	OnRegister func(agentID string)
 }
 
 // Settle is the upload settle as the fleet uses it (caches.Settle).

@@ -142,9 +142,8 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 		f.supersede(old.c)
 	}
 
-	now := f.now()
 	a := &agent{id: m.AgentID, c: c, labels: labels, maxJobs: m.MaxJobs, hostname: m.Hostname,
-		version: m.Version, connectedAt: now, draining: m.Draining, jobs: map[string]*heldJob{}}
+		version: m.Version, draining: m.Draining, jobs: map[string]*heldJob{}}
 	leases := make([]store.Lease, len(m.InFlight))
 	runs := make(map[string]string, len(m.InFlight))
 	for i, j := range m.InFlight {
@@ -202,6 +201,7 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	if err != nil {
 		return c.refuseRegistration(m.AgentID, err)
 	}
+	a.connectedAt = f.now() // registered: committed, as the API's connected_at says
 
 	ack := &proto.RegisterAck{AgentID: m.AgentID, Labels: labels.Labels, Mandatory: labels.Mandatory, MaxJobs: m.MaxJobs,
 		HeartbeatIntervalMS:    f.cfg.HeartbeatInterval.Milliseconds(),
@@ -246,6 +246,9 @@ func (c *conn) register(m *proto.Register) (closeCause, bool) {
 	f.disp.refreshReasons()
 	f.log.Info("agent registered", "agent_id", a.id, "labels", labels.Labels.Key(), "mandatory", labels.Mandatory.Key(),
 		"max_jobs", a.maxJobs, "recovered", len(rec.Kept), "dropped", len(rec.Refused), "resolved", len(rec.Resolved))
+	if f.cfg.OnRegister != nil {
+		f.cfg.OnRegister(a.id)
+	}
 	return closeCause{}, true
 }
 

@@ -22,7 +22,7 @@ type agent struct {
 	maxJobs     int
 	hostname    string
 	version     string
-	connectedAt time.Time
+	connectedAt time.Time // when its registration committed
 
 	// live: register.ack was sent, so frames may follow it.
 	live atomic.Bool

@@ -120,7 +120,7 @@ func writeSecret(path, secret string) error {
 }
 
 func (l *localAgents) supervise(ctx context.Context, bin, states string, i int) {
-	name := fmt.Sprintf("local-%d", i)
+	name := localAgentID(i)
 	log := l.log.With("agent", name)
 	delay := agentRestartMin
 	for ctx.Err() == nil {
@@ -148,6 +148,9 @@ func (l *localAgents) supervise(ctx context.Context, bin, states string, i int) 
 		delay = min(delay*2, agentRestartMax)
 	}
 }
+
+// localAgentID is the id of the server's i-th local agent (from 1).
+func localAgentID(i int) string { return fmt.Sprintf("local-%d", i) }
 
 func (l *localAgents) runOnce(ctx context.Context, bin, stateDir, name string, log *slog.Logger) error {
 	args := []string{"agent", "--server", l.url, "--id", name, "--labels", "local", "--log-format", "json",

@@ -196,6 +196,8 @@ func run(ctx context.Context, cfg Config, opts Options, log *slog.Logger) error 
 	// uploads it started (recorded in the database, so on any server).
 	settle := caches.NewSettle(db, caches.SettleConfig{Timeout: cfg.Caches.UploadSettleTimeout, Logger: log.With("part", "settle")})
 	fcfg.Settle = settle
+	gate := newStartGate(cfg.LocalAgents)
+	fcfg.OnRegister = gate.registered
 	fl, err := fleet.New(db, logs, creds, fcfg)
 	if err != nil {
 		return err
@@ -294,16 +296,19 @@ func run(ctx context.Context, cfg Config, opts Options, log *slog.Logger) error 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(runCtx)
+	// The first wave (startgate.go): what ready and the local agents need.
 	g.Go(func() error { return eng.Run(gctx) })
 	g.Go(func() error { return fl.Run(gctx) })
-	g.Go(func() error { return cl.Run(gctx) })
-	g.Go(func() error { return sources.Listen(gctx) })
 	g.Go(func() error { return proc.Run(gctx) })
-	g.Go(func() error { return reporter.Run(gctx) })
-	g.Go(func() error { return scheduler.Run(gctx) })
-	g.Go(func() error { return met.Run(gctx) })
 	g.Go(func() error { return logs.Run(gctx) })
-	g.Go(func() error { return gc.Run(gctx) })
+	// The second: background work, once the first is done.
+	g.Go(func() error { gate.run(gctx, fl.Started(), startSettleMax); return nil })
+	g.Go(gate.after(gctx, cl.Run))
+	g.Go(gate.after(gctx, sources.Listen))
+	g.Go(gate.after(gctx, reporter.Run))
+	g.Go(gate.after(gctx, scheduler.Run))
+	g.Go(gate.after(gctx, met.Run))
+	g.Go(gate.after(gctx, gc.Run))
 	if metricsLn != nil {
 		g.Go(func() error { return metricsLn.Run(gctx) })
 	}
@@ -323,7 +328,7 @@ func run(ctx context.Context, cfg Config, opts Options, log *slog.Logger) error 
 	})
 	if scalers != nil {
 		scalers.SetServerURL(s.URL)
-		g.Go(func() error { return scalers.Run(gctx) })
+		g.Go(gate.after(gctx, scalers.Run))
 		if opts.Reload != nil && opts.LoadConfig != nil {
 			r := &reloader{running: cfg, load: opts.LoadConfig, scalers: scalers, log: log.With("part", "reload")}
 			g.Go(func() error { r.run(gctx, opts.Reload); return nil })
