@@ -3,7 +3,10 @@ package fleet
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,4 +269,55 @@ func TestNotReadyBeforeRun(t *testing.T) {
 		!strings.Contains(err.Error(), "UnhealthyAfter") {
 		t.Fatalf("a bad config was accepted: %v", err)
 	}
+}
+
+// OnRegister is told of each registration once it is committed (the
+// agent's row is in the store when the hook runs), once per registration,
+// and never of a refused one.
+func TestOnRegisterFollowsTheCommit(t *testing.T) {
+	backends(t, func(t *testing.T, b storetest.Backend) {
+		var db atomic.Pointer[store.DB]
+		var mu sync.Mutex
+		var told []string
+		cfg := fastConfig()
+		cfg.OnRegister = func(id string) {
+			recs, err := db.Load().Auth().ListAgents(bg)
+			if err != nil {
+				t.Error(err)
+			}
+			stored := slices.ContainsFunc(recs, func(r store.AgentRecord) bool { return r.ID == id })
+			mu.Lock()
+			defer mu.Unlock()
+			if !stored {
+				told = append(told, id+" (not stored yet)")
+				return
+			}
+			told = append(told, id)
+		}
+		h := start(t, b, options{cfg: cfg})
+		db.Store(h.db)
+		_, secret := h.token(store.AgentTokenSpec{SingleUse: true})
+		c, _ := h.connect(secret, reg{id: "a-1"})
+		c.ws.CloseNow()
+		waittest.Until(t, waittest.Timeout, "the agent is unregistered", func() bool { return h.f.reg.get("a-1") == nil })
+		h.connect(secret, reg{id: "a-1"})
+		waittest.Until(t, waittest.Timeout, "OnRegister told of both registrations", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(told) >= 2
+		})
+
+		refused := dial(t, h.url)
+		refused.send(&proto.Auth{Token: secret, ProtocolVersion: proto.Version})
+		expect[*proto.AuthOK](refused)
+		refused.send(&proto.Register{AgentID: "a-2", AgentSecret: testSecret("a-2"), MaxJobs: 1})
+		if e := refused.errorFrame(); e.Code != proto.ErrUnauthorized {
+			t.Fatalf("error %+v", e)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(told, []string{"a-1", "a-1"}) {
+			t.Fatalf("OnRegister was told %q, want a-1 twice (each after its commit) and not the refused a-2", told)
+		}
+	})
 }
