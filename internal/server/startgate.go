@@ -30,7 +30,6 @@ const startSettleMax = time.Second
 // registered, or startSettleMax after ready.
 type startGate struct {
 	open    chan struct{}
-	once    sync.Once
 	mu      sync.Mutex
 	waiting map[string]bool // local agents not registered yet
 	all     chan struct{}   // closed when waiting empties
@@ -61,9 +60,9 @@ func (g *startGate) registered(agentID string) {
 }
 
 // run opens the gate once ready is closed and the local agents registered,
-// or max after ready, or when ctx ends.
+// or max after ready, or when ctx ends. It is called once.
 func (g *startGate) run(ctx context.Context, ready <-chan struct{}, max time.Duration) {
-	defer g.once.Do(func() { close(g.open) })
+	defer close(g.open)
 	select {
 	case <-ready:
 	case <-ctx.Done():

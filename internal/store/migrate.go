@@ -97,21 +97,8 @@ func applyMigrations(ctx context.Context, c *DB, conn *sql.Conn, all []migration
 		applied_at BIGINT NOT NULL)`); err != nil {
 		return err
 	}
-	applied := map[int]bool{}
-	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	applied, err := appliedVersions(ctx, conn)
 	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return err
-		}
-		applied[v] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	latest := 0
@@ -156,13 +143,15 @@ func applyPending(ctx context.Context, c *DB, conn *sql.Conn, pending []migratio
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
+	// Read again inside the transaction: on SQLite its BEGIN IMMEDIATE is
+	// what serializes the processes migrating one file.
+	applied, err := appliedVersions(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
 	var done []string
 	for _, m := range pending {
-		var n int
-		if err := tx.QueryRowContext(ctx, c.bind("SELECT COUNT(*) FROM schema_migrations WHERE version = ?"), m.version).Scan(&n); err != nil {
-			return nil, err
-		}
-		if n > 0 {
+		if applied[m.version] {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
@@ -176,4 +165,24 @@ func applyPending(ctx context.Context, c *DB, conn *sql.Conn, pending []migratio
 		done = append(done, strings.TrimSuffix(m.name, ".sql"))
 	}
 	return done, tx.Commit()
+}
+
+// appliedVersions reads the versions schema_migrations records.
+func appliedVersions(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (map[int]bool, error) {
+	rows, err := q.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	applied := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		applied[v] = true
+	}
+	return applied, rows.Err()
 }
