@@ -76,7 +76,7 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 	args = append(args, ask, agent)
 	b.WriteString("UPDATE jobs j SET " + claimSet("j.", "who.agents[pick.rn]") + ` FROM pick, who
 		WHERE j.id = pick.id AND j.status = 'queued'
-		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, j.spec, j.queue_key, j.queued_at,
+		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, ` + specOf("j") + ` AS spec, j.queue_key, j.queued_at,
 			who.asks[pick.rn] AS ask, who.agents[pick.rn] AS agent),
 		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
 		WHERE r.id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM claimed) AND status = 'pending' FOR UPDATE SKIP LOCKED)

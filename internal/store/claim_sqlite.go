@@ -26,7 +26,7 @@ func claimSQLite(ctx context.Context, t *txn, keys []string, agentID string, slo
 	// claim starts are updated only when there are some (usually none: a
 	// run starts with its first claim).
 	q := "UPDATE jobs SET " + claimSet("", "?") + " WHERE status = 'queued' AND id IN (" +
-		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT +?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at, " +
+		strings.Join(branches, " UNION ALL ") + " ORDER BY id LIMIT +?) RETURNING id, run_id, name, lease_epoch, attempts, " + specOf("jobs") + ", queue_key, queued_at, " +
 		"(SELECT status = 'pending' FROM runs WHERE runs.id = jobs.run_id)"
 	rows, err := t.query(ctx, q, args...)
 	out, pending, err := scanClaimedRuns(rows, err, nil)

@@ -35,7 +35,7 @@ func (q Queue) ClaimJob(ctx context.Context, agentID string, agent kiln.AgentLab
 		var spec string
 		var queued sql.NullInt64
 		err = t.queryRow(ctx, "UPDATE jobs SET "+claimSet("", "?")+` WHERE id = ? AND status = 'queued' AND stop = 0
-			AND (expires_at IS NULL OR expires_at > ?) RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at`,
+			AND (expires_at IS NULL OR expires_at > ?) RETURNING id, run_id, name, lease_epoch, attempts, `+specOf("jobs")+`, queue_key, queued_at`,
 			agentID, now, ack, now, now, jobID, now).Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued)
 		if isNoRows(err) {
 			return nil

@@ -48,7 +48,7 @@ func claimSQLiteMany(ctx context.Context, t *txn, keys []string, asks []claimAsk
 		" ORDER BY id LIMIT +?)), who AS (SELECT key + 1 AS rn, value AS agent FROM json_each(?)) " +
 		"UPDATE jobs SET " + claimSet("", "who.agent") + " FROM pick JOIN who ON who.rn = pick.rn " +
 		"WHERE jobs.id = pick.id AND jobs.status = 'queued' " +
-		"RETURNING id, run_id, name, lease_epoch, attempts, spec, queue_key, queued_at, " +
+		"RETURNING id, run_id, name, lease_epoch, attempts, " + specOf("jobs") + ", queue_key, queued_at, " +
 		"(SELECT status = 'pending' FROM runs WHERE runs.id = jobs.run_id), agent_id"
 	agents := map[string]string{}
 	rows, err := t.query(ctx, q, args...)

@@ -210,7 +210,7 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			hasDependents[e.Job] = true
 		}
 	}
-	var jobRows, needRows, stepRows [][]any
+	var jobRows, specRows, needRows, stepRows [][]any
 	open := false // a job is written pending or queued: the run goes on
 	var released []movedJob
 	for i, j := range jobs {
@@ -259,7 +259,8 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 		open = open || !r.status.Terminal()
 		jobRows = append(jobRows, []any{id, runID, i, j.Name, j.Base, jsonText(j.Matrix, "{}"), string(r.status), r.ready,
 			boolInt(hasDependents[j.Base]), j.MaxParallel, boolInt(j.FailFast), string(j.OnAgentLost),
-			r.spec, r.key, r.reason, r.since, r.queuedAt, r.expiresAt, r.result, r.outputs, r.err, r.finished, now, now})
+			r.key, r.reason, r.since, r.queuedAt, r.expiresAt, r.result, r.outputs, r.err, r.finished, now, now})
+		specRows = append(specRows, []any{id, r.spec})
 		for _, e := range j.Needs {
 			needRows = append(needRows, []any{id, runID, e.Job, formatResults(e.Accept)})
 		}
@@ -267,7 +268,8 @@ func (t *txn) createRun(ctx context.Context, nr NewRun, jobs []NewJob, out *Crea
 			stepRows = append(stepRows, []any{id, k, s, string(r.steps)})
 		}
 	}
-	if err := t.insertRows(ctx, tableRows{jobsTable, jobRows}, tableRows{needsTable, needRows}, tableRows{stepsTable, stepRows}); err != nil {
+	if err := t.insertRows(ctx, tableRows{jobsTable, jobRows}, tableRows{jobSpecsTable, specRows},
+		tableRows{needsTable, needRows}, tableRows{stepsTable, stepRows}); err != nil {
 		return fmt.Errorf("insert jobs: %w", err)
 	}
 	if !open {

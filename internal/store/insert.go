@@ -27,9 +27,10 @@ func newInsertTable(name, spec string) insertTable {
 
 var (
 	jobsTable = newInsertTable("jobs", "id text, run_id text, idx bigint, name text, base text, matrix text, status text, "+
-		"ready bigint, has_dependents bigint, max_parallel bigint, fail_fast bigint, on_agent_lost text, spec text, "+
+		"ready bigint, has_dependents bigint, max_parallel bigint, fail_fast bigint, on_agent_lost text, "+
 		"queue_key text, pending_reason text, pending_since bigint, queued_at bigint, expires_at bigint, result text, "+
 		"outputs text, error text, finished_at bigint, created_at bigint, updated_at bigint")
+	jobSpecsTable  = newInsertTable("job_specs", "job_id text, spec text")
 	needsTable     = newInsertTable("needs", "job_id text, run_id text, upstream text, accept text")
 	stepsTable     = newInsertTable("steps", "job_id text, idx bigint, name text, status text")
 	runEventsTable = newInsertTable("run_events", "run_id text, job_id text, at bigint, type text, detail text")

@@ -9,8 +9,8 @@ import (
 	"github.com/kilnci/kiln"
 )
 
-const jobCols = `id, run_id, idx, name, base, matrix, status, COALESCE(result, ''), COALESCE(error, ''),
-	max_parallel, fail_fast, on_agent_lost, spec, queue_key, stop, COALESCE(agent_id, ''), lease_epoch, attempts,
+var jobCols = `id, run_id, idx, name, base, matrix, status, COALESCE(result, ''), COALESCE(error, ''),
+	max_parallel, fail_fast, on_agent_lost, ` + specOf("jobs") + `, queue_key, stop, COALESCE(agent_id, ''), lease_epoch, attempts,
 	COALESCE(pending_reason, ''), pending_since, COALESCE(last_provisioning_error, ''), queued_at, expires_at,
 	dispatched_at, started_at, last_heartbeat_at, finished_at, COALESCE(outputs, '')`
 
@@ -121,4 +121,11 @@ func loadStepsOf(ctx context.Context, q querier, ids []any, jobs []Job, index ma
 		j.Steps = append(j.Steps, s)
 	}
 	return rows.Err()
+}
+
+// specOf is, as a column, the spec of the job a query's row alias names.
+// Specs have a table of their own (job_specs, migration 0022): a job's row
+// changes at every step through the queue, its spec at most once.
+func specOf(alias string) string {
+	return "(SELECT spec FROM job_specs WHERE job_specs.job_id = " + alias + ".id)"
 }

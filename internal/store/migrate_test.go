@@ -10,15 +10,18 @@ import (
 	"github.com/kilnci/kiln/internal/store/storetest"
 )
 
+// emptyDatabases gives each backend's test a database no migration has
+// touched.
+var emptyDatabases = map[string]func(testing.TB) string{
+	"sqlite":   storetest.SQLiteURL,
+	"postgres": storetest.EmptyPostgresURL,
+}
+
 // Opening migrates an empty database; opening again changes nothing; many
 // coordinators opening one empty database at once migrate it once.
 // Proves B35 (docs/behaviours.md).
 func TestMigrations(t *testing.T) {
-	empty := map[string]func(testing.TB) string{
-		"sqlite":   storetest.SQLiteURL,
-		"postgres": storetest.EmptyPostgresURL,
-	}
-	for name, urlFor := range empty {
+	for name, urlFor := range emptyDatabases {
 		t.Run(name, func(t *testing.T) {
 			url := urlFor(t)
 			var wg sync.WaitGroup

@@ -139,7 +139,7 @@ func (t *txn) releaseDependents(ctx context.Context, g runrules.Group, waves run
 	if open > 0 {
 		return nil
 	}
-	rows, err := t.query(ctx, `SELECT j.id, j.run_id, j.name, j.base, j.matrix, j.spec, j.queue_key, j.max_parallel
+	rows, err := t.query(ctx, `SELECT j.id, j.run_id, j.name, j.base, j.matrix, `+specOf("j")+`, j.queue_key, j.max_parallel
 		FROM needs n JOIN jobs j ON j.id = n.job_id
 		WHERE n.run_id = ? AND n.upstream = ? AND j.status = 'pending' AND j.ready = 0
 		ORDER BY j.idx`, g.RunID, g.Base)

@@ -185,7 +185,7 @@ type pendingJob struct {
 	MaxParallel int
 }
 
-const pendingCols = "id, run_id, name, base, matrix, spec, queue_key, max_parallel"
+var pendingCols = "id, run_id, name, base, matrix, " + specOf("jobs") + ", queue_key, max_parallel"
 
 func scanPending(rows interface{ Scan(...any) error }) (pendingJob, error) {
 	var p pendingJob
@@ -311,7 +311,8 @@ type idSpec struct{ id, spec string }
 const specsPerStatement = 200
 
 // enqueue moves released jobs into the queue in one statement: ids keep
-// their spec, specs (when given instead) each get their own.
+// their spec, specs (when given instead) each get their own, written to
+// job_specs for the jobs that moved.
 func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, specs []idSpec) ([]movedJob, error) {
 	var expires any
 	if timeout > 0 {
@@ -320,16 +321,39 @@ func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout tim
 	set := "ready = 1, queue_key = ?, queued_at = ?, expires_at = ?, pending_reason = ?, pending_since = ?"
 	args := []any{key, ms(t.now), expires, ReasonWaiting, ms(t.now)}
 	if len(specs) > 0 {
-		var b strings.Builder
-		b.WriteString(", spec = CASE id")
 		ids = make([]string, len(specs))
 		for i, s := range specs {
-			b.WriteString(" WHEN ? THEN ?")
-			args = append(args, s.id, s.spec)
 			ids[i] = s.id
 		}
-		b.WriteString(" END")
-		set += b.String()
 	}
-	return t.move(ctx, mRelease, change{ids: ids, set: set, args: args})
+	moved, err := t.move(ctx, mRelease, change{ids: ids, set: set, args: args})
+	if err != nil || len(specs) == 0 || len(moved) == 0 {
+		return moved, err
+	}
+	return moved, t.rewriteSpecs(ctx, specs, moved)
+}
+
+// rewriteSpecs stores the specs the Releaser rendered for the jobs that
+// moved into the queue, in one statement.
+func (t *txn) rewriteSpecs(ctx context.Context, specs []idSpec, moved []movedJob) error {
+	did := make(map[string]bool, len(moved))
+	for _, m := range moved {
+		did[m.ID] = true
+	}
+	var b strings.Builder
+	var args []any
+	var ids []string
+	b.WriteString("UPDATE job_specs SET spec = CASE job_id")
+	for _, s := range specs {
+		if did[s.id] {
+			b.WriteString(" WHEN ? THEN ?")
+			args, ids = append(args, s.id, s.spec), append(ids, s.id)
+		}
+	}
+	in, inArgs := t.db.dialect.oneOf("job_id", ids)
+	b.WriteString(" END WHERE " + in)
+	if _, err := t.exec(ctx, b.String(), append(args, inArgs...)...); err != nil {
+		return fmt.Errorf("release: store the jobs' specs: %w", err)
+	}
+	return nil
 }

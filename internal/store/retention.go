@@ -62,6 +62,7 @@ func (r Retention) DeleteRun(ctx context.Context, runID string) (bool, error) {
 			"DELETE FROM needs WHERE run_id = ?",
 			"DELETE FROM run_events WHERE run_id = ?",
 			"DELETE FROM artifacts WHERE run_id = ?",
+			"DELETE FROM job_specs WHERE job_id IN " + ofRun,
 			"DELETE FROM jobs WHERE run_id = ?",
 			"DELETE FROM runs WHERE id = ?",
 		} {
