@@ -311,8 +311,8 @@ type idSpec struct{ id, spec string }
 const specsPerStatement = 200
 
 // enqueue moves released jobs into the queue in one statement: ids keep
-// their spec, specs (when given instead) each get their own, written to
-// job_specs for the jobs that moved.
+// their spec; specs (when given instead) each get their own, written to
+// job_specs by a second statement for the jobs that moved.
 func (t *txn) enqueue(ctx context.Context, ids []string, key string, timeout time.Duration, specs []idSpec) ([]movedJob, error) {
 	var expires any
 	if timeout > 0 {
