@@ -119,13 +119,7 @@ func TestSingleUseTokenConsumedByRegistration(t *testing.T) {
 		waittest.Until(t, waittest.Timeout, "the agent is unregistered", func() bool { return h.f.reg.get("eph-1") == nil })
 		h.connect(secret, reg{id: "eph-1"}) // the same agent back after a blip
 
-		other := dial(t, h.url)
-		other.send(&proto.Auth{Token: secret, ProtocolVersion: proto.Version})
-		expect[*proto.AuthOK](other)
-		other.send(&proto.Register{AgentID: "eph-2", AgentSecret: testSecret("eph-2"), MaxJobs: 1})
-		if e := other.errorFrame(); e.Code != proto.ErrUnauthorized {
-			t.Fatalf("error %+v", e)
-		}
+		other := registerRefused(t, h.url, secret, "eph-2")
 		if code, _ := other.closed(); code != proto.CloseAuthFailed {
 			t.Fatalf("close %d", code)
 		}
@@ -307,17 +301,25 @@ func TestOnRegisterFollowsTheCommit(t *testing.T) {
 			return len(told) >= 2
 		})
 
-		refused := dial(t, h.url)
-		refused.send(&proto.Auth{Token: secret, ProtocolVersion: proto.Version})
-		expect[*proto.AuthOK](refused)
-		refused.send(&proto.Register{AgentID: "a-2", AgentSecret: testSecret("a-2"), MaxJobs: 1})
-		if e := refused.errorFrame(); e.Code != proto.ErrUnauthorized {
-			t.Fatalf("error %+v", e)
-		}
+		registerRefused(t, h.url, secret, "a-2")
 		mu.Lock()
 		defer mu.Unlock()
 		if !slices.Equal(told, []string{"a-1", "a-1"}) {
 			t.Fatalf("OnRegister was told %q, want a-1 twice (each after its commit) and not the refused a-2", told)
 		}
 	})
+}
+
+// registerRefused authenticates with secret and registers agent id, which
+// the orchestrator must refuse as unauthorized; it returns the connection.
+func registerRefused(t *testing.T, url, secret, id string) *client {
+	t.Helper()
+	c := dial(t, url)
+	c.send(&proto.Auth{Token: secret, ProtocolVersion: proto.Version})
+	expect[*proto.AuthOK](c)
+	c.send(&proto.Register{AgentID: id, AgentSecret: testSecret(id), MaxJobs: 1})
+	if e := c.errorFrame(); e.Code != proto.ErrUnauthorized {
+		t.Fatalf("register %s: error %+v, want %s", id, e, proto.ErrUnauthorized)
+	}
+	return c
 }
