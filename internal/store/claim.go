@@ -50,7 +50,7 @@ const distinctKeysSQL = `WITH RECURSIVE k(key) AS (
 
 // Keys returns the distinct routing keys of the queued jobs.
 func (q Queue) Keys(ctx context.Context) ([]string, error) {
-	return queryStrings(ctx, q.h.reader(), distinctKeysSQL)
+	return queryStrings(ctx, q.h.reader(), distinctKeysSQL, q.h.db.keys.lead...)
 }
 
 // HasMatch reports whether any queued job is one the agent would accept.
@@ -205,6 +205,10 @@ const keyCacheTTL = 100 * time.Millisecond
 
 // keyCache holds the distinct queued keys, read with the skip scan.
 type keyCache struct {
+	// lead goes before the read's arguments: planEachTime on PostgreSQL,
+	// whose plan of the skip scan cached on an empty queue read every
+	// queued job at each step once it filled (7 ms a read, 10,000 queued).
+	lead []any
 	mu   sync.Mutex
 	keys []string // never modified once stored
 	at   time.Time
@@ -220,7 +224,7 @@ func (k *keyCache) get(ctx context.Context, q querier, fresh bool) (keys []strin
 		return keys, false, nil
 	}
 	k.mu.Unlock()
-	if keys, err = queryStrings(ctx, q, distinctKeysSQL); err != nil {
+	if keys, err = queryStrings(ctx, q, distinctKeysSQL, k.lead...); err != nil {
 		return nil, false, err
 	}
 	k.mu.Lock()

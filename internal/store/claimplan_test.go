@@ -36,6 +36,133 @@ func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
 	})
 }
 
+// TestClaimPlanHoldsWithoutStatistics: a database that was never analyzed
+// (a new install's first burst: autovacuum analyzes a table a minute after
+// it changed, at best) estimates one row for every filtered scan of jobs.
+// The whole claim must still read its key's queue in order through
+// jobs_queued and update the rows it picked by primary key; and so after an
+// ANALYZE taken while every job was queued. Planned with the update's guard
+// on an indexed status, the update read every queued job once per claimed
+// one: 87 ms for a 40-job claim with 10,000 jobs queued.
+func TestClaimPlanHoldsWithoutStatistics(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		if db.Dialect() != "postgres" {
+			t.Skip("SQLite plans without statistics by its own rules")
+		}
+		queueRuns(t, db, 40, 256)
+		var key string
+		if err := db.SQL().QueryRowContext(ctx, "SELECT queue_key FROM jobs WHERE status = 'queued' LIMIT 1").Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		slots := 32
+		asks := strings.TrimSuffix(strings.Repeat("0,", slots), ",")
+		agents := strings.TrimSuffix(strings.Repeat("'agent-1',", slots), ",")
+		args := fmt.Sprintf("('%s', 0, %d, %d, ARRAY[%s], ARRAY[%s], 0, 0, 0, 0, 0, 0, 0)",
+			strings.ReplaceAll(key, "'", "''"), slots, slots, asks, agents)
+		check := func(mode, p string) {
+			t.Helper()
+			section := ""
+			for _, line := range strings.Split(p, "\n") {
+				if c := strings.TrimSpace(line); strings.HasPrefix(c, "CTE ") {
+					section = strings.TrimPrefix(c, "CTE ")
+				}
+				if strings.Contains(line, "Scan") && strings.Contains(line, " on jobs j ") && !strings.Contains(line, "jobs_pkey") {
+					t.Fatalf("%s: the claim's update does not find its rows by primary key:\n%s", mode, p)
+				}
+				if section == "c0" && (strings.Contains(line, "Sort") || strings.Contains(line, "jobs_queue_expiry")) {
+					t.Fatalf("%s: the claim does not read its key's queue in order through jobs_queued:\n%s", mode, p)
+				}
+			}
+			if !strings.Contains(p, "jobs_queued") {
+				t.Fatalf("%s: the claim does not read jobs_queued:\n%s", mode, p)
+			}
+		}
+		// The test's table is small enough to read whole; a fleet's is
+		// not. Among the index paths, the plan must take the right ones.
+		plans(t, db, "claim_cold", store.ClaimSQLPostgres(1), args, check, "SET enable_seqscan = off")
+		if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
+			t.Fatal(err)
+		}
+		plans(t, db, "claim_analyzed", store.ClaimSQLPostgres(1), args, check, "SET enable_seqscan = off")
+		// A burst after the statistics were taken with no job queued
+		// (yesterday's jobs all done): status = 'queued' looks rare.
+		if _, err := db.SQL().ExecContext(ctx, "UPDATE jobs SET status = 'succeeded'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
+			t.Fatal(err)
+		}
+		queueRuns(t, db, 40, 256)
+		plans(t, db, "claim_burst", store.ClaimSQLPostgres(1), args, check, "SET enable_seqscan = off")
+	})
+}
+
+// TestClaimIsPlannedAtEachExecution: pgx prepares a statement once per
+// connection and PostgreSQL may then keep one plan for it, made with the
+// tables as they were; agents claim as they connect, on an empty queue, so
+// that plan read the whole table once it filled (460 ms a claim with
+// 10,000 queued, until autovacuum's ANALYZE). Neither the claim nor its
+// read of the queued keys may be among the connection's prepared
+// statements; the run's insert, for contrast, is.
+func TestClaimIsPlannedAtEachExecution(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		if db.Dialect() != "postgres" {
+			t.Skip("PostgreSQL's plan cache")
+		}
+		db.SQL().SetMaxOpenConns(1) // every statement on the one connection the test then reads
+		queueRuns(t, db, 2, 10)
+		for range 7 {
+			if _, err := db.Queue().Claim(ctx, "agent-1", linux, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var claims, inserts int
+		err := db.SQL().QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE statement LIKE '%pick AS%' OR statement LIKE '%RECURSIVE k(key)%'),
+			count(*) FILTER (WHERE statement LIKE '%INSERT INTO jobs%') FROM pg_prepared_statements
+			WHERE statement NOT LIKE '%pg_prepared_statements%'`).Scan(&claims, &inserts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claims != 0 || inserts == 0 {
+			t.Fatalf("prepared on the connection: %d claims or key reads (want none), %d run inserts (want some)", claims, inserts)
+		}
+	})
+}
+
+// TestExpirySweepUsesTheExpiryIndex: jobs_queue_expiry holds only the
+// queued jobs that can expire (so that it cannot serve the claim), and the
+// expiry sweep still reads it on both databases.
+func TestExpirySweepUsesTheExpiryIndex(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		queueRuns(t, db, 4, 100)
+		if db.Dialect() == "postgres" {
+			plans(t, db, "expiry_sweep", store.ExpirySweep, "(0, 64)", func(mode, p string) {
+				if !strings.Contains(p, "jobs_queue_expiry") {
+					t.Fatalf("%s: the expiry sweep does not read jobs_queue_expiry:\n%s", mode, p)
+				}
+			}, "SET enable_seqscan = off")
+			return
+		}
+		rows, err := db.SQL().QueryContext(ctx, "EXPLAIN QUERY PLAN "+store.ExpirySweep, 0, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var plan strings.Builder
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(detail + "\n")
+		}
+		if !strings.Contains(plan.String(), "jobs_queue_expiry") {
+			t.Fatalf("the expiry sweep does not read jobs_queue_expiry:\n%s", plan.String())
+		}
+	})
+}
+
 // TestAgentSweepUsesTheAgentIndex: an agent's registration reads the jobs
 // it held through jobs_agent, not by walking every job of the active runs
 // (a reconnect storm pays this read once per agent, in the committer).

@@ -29,6 +29,11 @@ type ExpiryResult struct {
 	Effects
 }
 
+// expirySweep reads the queued jobs whose time is up, oldest deadline
+// first, through jobs_queue_expiry (whose predicate its comparison implies).
+const expirySweep = `SELECT id, run_id, name, queue_key, COALESCE(last_provisioning_error, ''), queued_at, expires_at
+	FROM jobs WHERE status = 'queued' AND expires_at <= ? ORDER BY expires_at LIMIT ?`
+
 // Expire ends the queued jobs whose queue timeout passed, as runrules.Expired
 // decides: a job with a recorded provisioning failure ends timed_out_stale
 // with that detail as its error (and as its run's failure_reason if the run
@@ -41,8 +46,7 @@ func (q Queue) Expire(ctx context.Context, unroutable func(kiln.Requirement) boo
 	eff, err := q.h.op(ctx, func(t *txn) error {
 		res = ExpiryResult{}
 		now := ms(t.now)
-		rows, err := t.query(ctx, `SELECT id, run_id, name, queue_key, COALESCE(last_provisioning_error, ''), queued_at, expires_at
-			FROM jobs WHERE status = 'queued' AND expires_at <= ? ORDER BY expires_at LIMIT ?`, now, sweepBatch)
+		rows, err := t.query(ctx, expirySweep, now, sweepBatch)
 		if err != nil {
 			return fmt.Errorf("expire: %w", err)
 		}

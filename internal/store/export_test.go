@@ -12,6 +12,13 @@ import (
 // plan test in package store_test.
 const ClaimBranchPostgres = claimBranchPostgres
 
+// ClaimSQLPostgres is a whole claim's statement for nkeys keys on
+// PostgreSQL, for the plan test in package store_test.
+func ClaimSQLPostgres(nkeys int) string { return claimSQLPostgres("", nkeys) }
+
+// ExpirySweep is the expiry sweep's read, for the plan test.
+const ExpirySweep = expirySweep
+
 // AgentHoldsSQL is the read of the jobs an agent holds (Queue.AgentLost),
 // for the plan test in package store_test.
 func AgentHoldsSQL() string { return "SELECT " + candidateCols + " FROM jobs WHERE " + agentHolds }

@@ -20,6 +20,15 @@ import (
 // LOCKED, and job changes in a run first take the run's advisory lock.
 type postgresDialect struct{}
 
+// planEachTime, as a statement's first argument, has pgx send it as an
+// unnamed statement (its description cached: still one round trip), which
+// PostgreSQL plans for that execution's parameters and the tables' sizes
+// at that moment. A statement pgx prepares is planned once for any
+// parameters after five executions, with the tables as they were then:
+// for the queue's statements that can be an empty table, and a plan that
+// reads every row of a full one.
+var planEachTime any = pgx.QueryExecModeCacheDescribe
+
 func (postgresDialect) name() string       { return "postgres" }
 func (postgresDialect) dollarParams() bool { return true }
 
@@ -121,6 +130,7 @@ func openPostgres(ctx context.Context, c *DB) error {
 		return fmt.Errorf("store: parse the PostgreSQL URL: %w", err)
 	}
 	c.dialect = postgresDialect{}
+	c.keys.lead = []any{planEachTime}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(c.cfg.MaxConns)
 	db.SetMaxIdleConns(c.cfg.MaxConns)
