@@ -50,7 +50,7 @@ const distinctKeysSQL = `WITH RECURSIVE k(key) AS (
 
 // Keys returns the distinct routing keys of the queued jobs.
 func (q Queue) Keys(ctx context.Context) ([]string, error) {
-	return queryStrings(ctx, q.h.reader(), distinctKeysSQL, q.h.db.keys.lead...)
+	return queryStrings(ctx, q.h.reader(), distinctKeysSQL, q.h.db.keys.plans.lead()...)
 }
 
 // HasMatch reports whether any queued job is one the agent would accept.
@@ -148,7 +148,7 @@ func (q Queue) Claim(ctx context.Context, agentID string, agent kiln.AgentLabels
 			if db.dialect.name() == "sqlite" {
 				return claimSQLite(ctx, t, keys, agentID, n)
 			}
-			outs, err := claimPostgres(ctx, t, t.now, db.cfg.AckTimeout, keys, []claimAsk{{agentID, n}})
+			outs, err := claimPostgres(ctx, t, db.keys.plans.lead(), t.now, db.cfg.AckTimeout, keys, []claimAsk{{agentID, n}})
 			if err != nil {
 				return nil, err
 			}
@@ -205,13 +205,13 @@ const keyCacheTTL = 100 * time.Millisecond
 
 // keyCache holds the distinct queued keys, read with the skip scan.
 type keyCache struct {
-	// lead goes before the read's arguments: planEachTime on PostgreSQL,
-	// whose plan of the skip scan cached on an empty queue read every
-	// queued job at each step once it filled (7 ms a read, 10,000 queued).
-	lead []any
-	mu   sync.Mutex
-	keys []string // never modified once stored
-	at   time.Time
+	// plans is PostgreSQL's (nil on SQLite): a plan of the skip scan
+	// cached on an empty queue read every queued job at each step once it
+	// filled (7 ms a read, 10,000 queued).
+	plans *queuePlans
+	mu    sync.Mutex
+	keys  []string // never modified once stored
+	at    time.Time
 }
 
 // get returns the cached keys, or reads them when fresh is asked or the
@@ -224,7 +224,10 @@ func (k *keyCache) get(ctx context.Context, q querier, fresh bool) (keys []strin
 		return keys, false, nil
 	}
 	k.mu.Unlock()
-	if keys, err = queryStrings(ctx, q, distinctKeysSQL, k.lead...); err != nil {
+	if err := k.plans.check(ctx, q); err != nil {
+		return nil, false, err
+	}
+	if keys, err = queryStrings(ctx, q, distinctKeysSQL, k.plans.lead()...); err != nil {
 		return nil, false, err
 	}
 	k.mu.Lock()

@@ -16,7 +16,7 @@ type claimAsk struct {
 }
 
 // claimPostgres claims for one or more agents that accept the same keys, in
-// one statement: a SKIP LOCKED range scan per key for the oldest total
+// one statement (lead before its arguments, see queuePlans): a SKIP LOCKED range scan per key for the oldest total
 // slots, numbered in id order and handed out to the asks in order (the
 // first ask gets the oldest jobs). It returns each ask's jobs.
 //
@@ -33,13 +33,13 @@ type claimAsk struct {
 // timeline keeps their order (a job released and claimed in one commit):
 // by the same statement too (fl), whose rows ev waits for (the count is
 // computed once, before ev's first row), so they get the smaller ids.
-func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
+func claimPostgres(ctx context.Context, q querier, lead []any, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
 	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
 	total := 0
 	for _, a := range asks {
 		total += a.slots
 	}
-	var args []any
+	args := lead
 	fl := ""
 	if t, ok := q.(*txn); ok && len(t.events) > 0 {
 		ins, insArgs, err := unnestInsert(t.takeEvents())
@@ -59,7 +59,7 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 		}
 	}
 	args = append(args, total, ask, agent, now, ack, now, now, now, now, now)
-	rows, err := q.query(ctx, claimSQLPostgres(fl, len(keys)), append([]any{planEachTime}, args...)...)
+	rows, err := q.query(ctx, claimSQLPostgres(fl, len(keys)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -106,10 +106,11 @@ func claimPostgres(ctx context.Context, q querier, nowT time.Time, ackTimeout ti
 // every queued job once per claimed one (auto_explain: 87 ms a 40-job
 // claim with 10,000 queued). The update finds its rows by primary key
 // only: its status guard is written so that no index matches it, and the
-// rows are already locked by the scan, which rechecked their status. And it
-// is planned at every execution (planEachTime): a plan cached while the
-// queue was empty (agents claim as they connect) read the whole table
-// later, 460 ms a claim with 10,000 jobs queued, until an ANALYZE.
+// rows are already locked by the scan, which rechecked their status. And
+// while the table is small it is planned at every execution (queuePlans):
+// a plan cached while the queue was empty (agents claim as they connect)
+// read the whole table later, 460 ms a claim with 10,000 jobs queued,
+// until an ANALYZE.
 func claimSQLPostgres(fl string, nkeys int) string {
 	var b strings.Builder
 	b.WriteString("WITH ")
@@ -251,7 +252,7 @@ func (p *pgClaimer) run(batch []*claimReq) {
 			asks[i] = r.ask
 		}
 		// The statement must not die with one claimer's context.
-		out, err := claimPostgres(context.Background(), pool{p.c}, p.c.now(), p.c.cfg.AckTimeout, rs[0].keys, asks)
+		out, err := claimPostgres(context.Background(), pool{p.c}, p.c.keys.plans.lead(), p.c.now(), p.c.cfg.AckTimeout, rs[0].keys, asks)
 		for i, r := range rs {
 			if err != nil {
 				r.err = err

@@ -48,6 +48,13 @@ func KeysReadAt(db *DB) time.Time {
 	return db.keys.at
 }
 
+// ExpireKeys makes db's next claim read the queued keys afresh.
+func ExpireKeys(db *DB) {
+	db.keys.mu.Lock()
+	defer db.keys.mu.Unlock()
+	db.keys.at = time.Time{}
+}
+
 // TrustKeys makes db's claims trust the keys they last read for an hour,
 // whatever the machine's speed, and returns when they were "read".
 func TrustKeys(db *DB) time.Time {
