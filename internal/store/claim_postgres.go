@@ -105,12 +105,8 @@ func claimPostgres(ctx context.Context, q querier, lead []any, nowT time.Time, a
 // from a partial index became the outer side of a nested loop that read
 // every queued job once per claimed one (auto_explain: 87 ms a 40-job
 // claim with 10,000 queued). The update finds its rows by primary key
-// only: its status guard is written so that no index matches it (the rows
-// are already locked by the scan, which rechecked their status), and it
-// names them also as an array (who.ids), whose = ANY the primary key serves
-// and the planner prices as ten rows, however many are picked: joined only
-// to the picks, a table of a few thousand jobs was read whole for a
-// 32-job claim (a hash join, cheaper by the estimates than 32 probes). And
+// only: its status guard is written so that no index matches it, and the
+// rows are already locked by the scan, which rechecked their status. And
 // while the table is small it is planned at every execution (queuePlans):
 // a plan cached while the queue was empty (agents claim as they connect)
 // read the whole table later, 460 ms a claim with 10,000 jobs queued,
@@ -135,9 +131,9 @@ func claimSQLPostgres(fl string, nkeys int) string {
 	// as a set of rows (unnest) on rn, the planner, expecting one pick, put
 	// the set on the inner side of a nested loop and produced it again for
 	// every pick — n² rows, 3.3 of a 32-job claim's 10.6 ms (auto_explain).
-	b.WriteString("who (ids, asks, agents) AS (SELECT ARRAY(SELECT id FROM pick), ?::int[], ?::text[]), claimed AS (")
+	b.WriteString("who (asks, agents) AS (SELECT ?::int[], ?::text[]), claimed AS (")
 	b.WriteString("UPDATE jobs j SET " + claimSet("j.", "who.agents[pick.rn]") + ` FROM pick, who
-		WHERE j.id = pick.id AND j.id = ANY(who.ids) AND (j.status || '') = 'queued'
+		WHERE j.id = pick.id AND (j.status || '') = 'queued'
 		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, ` + specOf("j") + ` AS spec, j.queue_key, j.queued_at,
 			who.asks[pick.rn] AS ask, who.agents[pick.rn] AS agent),
 		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
