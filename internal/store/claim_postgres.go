@@ -16,9 +16,10 @@ type claimAsk struct {
 }
 
 // claimPostgres claims for one or more agents that accept the same keys, in
-// one statement (lead before its arguments, see queuePlans): a SKIP LOCKED range scan per key for the oldest total
-// slots, numbered in id order and handed out to the asks in order (the
-// first ask gets the oldest jobs). It returns each ask's jobs.
+// one statement (lead goes before its arguments: see queuePlans): a SKIP
+// LOCKED range scan per key for the oldest total slots, numbered in id
+// order and handed out to the asks in order (the first ask gets the oldest
+// jobs). It returns each ask's jobs.
 //
 // The same statement moves the runs it starts from pending to running, but
 // with SKIP LOCKED: the claim must never wait for a run's row while it
@@ -39,7 +40,7 @@ func claimPostgres(ctx context.Context, q querier, lead []any, nowT time.Time, a
 	for _, a := range asks {
 		total += a.slots
 	}
-	args := lead
+	args := append([]any{}, lead...)
 	fl := ""
 	if t, ok := q.(*txn); ok && len(t.events) > 0 {
 		ins, insArgs, err := unnestInsert(t.takeEvents())
@@ -104,9 +105,11 @@ func claimPostgres(ctx context.Context, q querier, lead []any, nowT time.Time, a
 // one row for any filtered scan of jobs, and a guard the planner can serve
 // from a partial index became the outer side of a nested loop that read
 // every queued job once per claimed one (auto_explain: 87 ms a 40-job
-// claim with 10,000 queued). The update finds its rows by primary key
-// only: its status guard is written so that no index matches it, and the
-// rows are already locked by the scan, which rechecked their status. And
+// claim with 10,000 queued). The update's status guard is therefore
+// written so that no index matches it (the rows are already locked by the
+// scan, which rechecked their status): the update finds its rows by
+// primary key, or for a claim of many jobs on a table of a few thousand by
+// one read of the table, which the planner prices lower. And
 // while the table is small it is planned at every execution (queuePlans):
 // a plan cached while the queue was empty (agents claim as they connect)
 // read the whole table later, 460 ms a claim with 10,000 jobs queued,
