@@ -234,18 +234,27 @@ func TestReporterDebouncesPending(t *testing.T) {
 	}
 }
 
+// A terminal status goes at once, without waiting for the debounce, and
+// replaces the pending update the debounce held back. (The first pending
+// update goes at once, B272, so it is posted before the held one: posted
+// or not when the terminal one arrives was a race.)
 func TestReporterTerminalIsPromptAndReplacesPending(t *testing.T) {
 	clk, p := newFakeClock(), newRecPoster()
 	r := NewStatusReporter(lookupOf(p), ReporterConfig{Clock: clk})
 	runReporter(t, r)
+	r.Report("src", fakeRepo, shaA, pending("queued"))
+	if c := p.next(t); c.St.Description != "queued" {
+		t.Fatalf("posted %+v, want the first pending update at once", c)
+	}
+	waittest.Until(t, waittest.Timeout, "the first post is recorded", func() bool { return r.Stats().Posted == 1 && r.Stats().Queued == 0 })
 	r.Report("src", fakeRepo, shaA, pending("running"))
 	r.Report("src", fakeRepo, shaA, done(StateSuccess, "all jobs passed"))
 	if c := p.next(t); c.St.State != StateSuccess {
-		t.Fatalf("first post %+v, want the terminal state at once", c)
+		t.Fatalf("post %+v, want the terminal state at once", c)
 	}
 	waittest.Until(t, waittest.Timeout, "the queue is empty", func() bool { return r.Stats().Queued == 0 })
 	clk.Advance(time.Minute)
-	if d := p.descriptions(); !slices.Equal(d, []string{"all jobs passed"}) {
+	if d := p.descriptions(); !slices.Equal(d, []string{"queued", "all jobs passed"}) {
 		t.Fatalf("posts %v; the replaced pending update must never be sent", d)
 	}
 }
