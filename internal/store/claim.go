@@ -50,7 +50,7 @@ const distinctKeysSQL = `WITH RECURSIVE k(key) AS (
 
 // Keys returns the distinct routing keys of the queued jobs.
 func (q Queue) Keys(ctx context.Context) ([]string, error) {
-	return queryStrings(ctx, q.h.reader(), distinctKeysSQL, q.h.db.keys.plans.lead()...)
+	return queryStrings(ctx, q.h.reader(), distinctKeysSQL+q.h.db.keys.plans.tag())
 }
 
 // HasMatch reports whether any queued job is one the agent would accept.
@@ -148,7 +148,7 @@ func (q Queue) Claim(ctx context.Context, agentID string, agent kiln.AgentLabels
 			if db.dialect.name() == "sqlite" {
 				return claimSQLite(ctx, t, keys, agentID, n)
 			}
-			outs, err := claimPostgres(ctx, t, db.keys.plans.lead(), t.now, db.cfg.AckTimeout, keys, []claimAsk{{agentID, n}})
+			outs, err := claimPostgres(ctx, t, db.keys.plans.tag(), t.now, db.cfg.AckTimeout, keys, []claimAsk{{agentID, n}})
 			if err != nil {
 				return nil, err
 			}
@@ -227,7 +227,7 @@ func (k *keyCache) get(ctx context.Context, q querier, fresh bool) (keys []strin
 	if err := k.plans.check(ctx, q); err != nil {
 		return nil, false, err
 	}
-	if keys, err = queryStrings(ctx, q, distinctKeysSQL, k.plans.lead()...); err != nil {
+	if keys, err = queryStrings(ctx, q, distinctKeysSQL+k.plans.tag()); err != nil {
 		return nil, false, err
 	}
 	k.mu.Lock()

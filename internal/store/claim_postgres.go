@@ -16,7 +16,7 @@ type claimAsk struct {
 }
 
 // claimPostgres claims for one or more agents that accept the same keys, in
-// one statement (lead goes before its arguments: see queuePlans): a SKIP
+// one statement (tag ends its text: see queuePlans): a SKIP
 // LOCKED range scan per key for the oldest total slots, numbered in id
 // order and handed out to the asks in order (the first ask gets the oldest
 // jobs). It returns each ask's jobs.
@@ -34,13 +34,13 @@ type claimAsk struct {
 // timeline keeps their order (a job released and claimed in one commit):
 // by the same statement too (fl), whose rows ev waits for (the count is
 // computed once, before ev's first row), so they get the smaller ids.
-func claimPostgres(ctx context.Context, q querier, lead []any, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
+func claimPostgres(ctx context.Context, q querier, tag string, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
 	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
 	total := 0
 	for _, a := range asks {
 		total += a.slots
 	}
-	args := append([]any{}, lead...)
+	var args []any
 	fl := ""
 	if t, ok := q.(*txn); ok && len(t.events) > 0 {
 		ins, insArgs, err := unnestInsert(t.takeEvents())
@@ -60,7 +60,7 @@ func claimPostgres(ctx context.Context, q querier, lead []any, nowT time.Time, a
 		}
 	}
 	args = append(args, total, ask, agent, now, ack, now, now, now, now, now)
-	rows, err := q.query(ctx, claimSQLPostgres(fl, len(keys)), args...)
+	rows, err := q.query(ctx, claimSQLPostgres(fl, len(keys))+tag, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -109,11 +109,8 @@ func claimPostgres(ctx context.Context, q querier, lead []any, nowT time.Time, a
 // written so that no index matches it (the rows are already locked by the
 // scan, which rechecked their status): the update finds its rows by
 // primary key, or for a claim of many jobs on a table of a few thousand by
-// one read of the table, which the planner prices lower. And
-// while the table is small it is planned at every execution (queuePlans):
-// a plan cached while the queue was empty (agents claim as they connect)
-// read the whole table later, 460 ms a claim with 10,000 jobs queued,
-// until an ANALYZE.
+// one read of the table, which the planner prices lower. And its cached
+// plans are made with a table of about the size it runs on (queuePlans).
 func claimSQLPostgres(fl string, nkeys int) string {
 	var b strings.Builder
 	b.WriteString("WITH ")
@@ -255,7 +252,7 @@ func (p *pgClaimer) run(batch []*claimReq) {
 			asks[i] = r.ask
 		}
 		// The statement must not die with one claimer's context.
-		out, err := claimPostgres(context.Background(), pool{p.c}, p.c.keys.plans.lead(), p.c.now(), p.c.cfg.AckTimeout, rs[0].keys, asks)
+		out, err := claimPostgres(context.Background(), pool{p.c}, p.c.keys.plans.tag(), p.c.now(), p.c.cfg.AckTimeout, rs[0].keys, asks)
 		for i, r := range rs {
 			if err != nil {
 				r.err = err

@@ -111,7 +111,7 @@ func (t *txn) claimShared(ctx context.Context, keys []string, asks []claimAsk) (
 	if t.db.dialect.name() == "sqlite" {
 		return claimSQLiteMany(ctx, t, keys, asks)
 	}
-	return claimPostgres(ctx, t, t.db.keys.plans.lead(), t.now, t.db.cfg.AckTimeout, keys, asks)
+	return claimPostgres(ctx, t, t.db.keys.plans.tag(), t.now, t.db.cfg.AckTimeout, keys, asks)
 }
 
 // askGroup is the asks that accept the same keys.

@@ -97,23 +97,21 @@ func TestClaimPlanHoldsWithoutStatistics(t *testing.T) {
 	})
 }
 
-// TestClaimIsPlannedAtEachExecutionWhileTheTableIsSmall: pgx prepares a
-// statement once per connection and PostgreSQL may then keep one plan for
-// it, made with the tables as they were; agents claim as they connect, on
-// an empty queue, so that plan read the whole table once it filled
-// (460 ms a claim with 10,000 queued, until autovacuum's ANALYZE). While
-// the jobs table is small, neither the claim nor its read of the queued
-// keys may be among the connection's prepared statements (the run's
-// insert, for contrast, is); once it is large enough that no plan reading
-// it whole can look cheaper, both are prepared, sparing PostgreSQL their
-// parsing and planning.
-func TestClaimIsPlannedAtEachExecutionWhileTheTableIsSmall(t *testing.T) {
+// TestQueueStatementsArePlannedForTheTablesSize: pgx prepares a statement
+// once per connection and PostgreSQL may then keep one plan for it, made
+// with the tables as they were; agents claim as they connect, on an empty
+// queue, so that plan read the whole table once it filled (460 ms a claim
+// with 10,000 queued, until autovacuum's ANALYZE). The claim and its read
+// of the queued keys carry the jobs table's size class in their text, so
+// the plans a connection holds for them were made on a table of about the
+// size they run on: none made on the small table is used once it is large.
+func TestQueueStatementsArePlannedForTheTablesSize(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
 		if db.Dialect() != "postgres" {
 			t.Skip("PostgreSQL's plan cache")
 		}
 		db.SQL().SetMaxOpenConns(1) // every statement on the one connection the test then reads
-		prepared := func() (queue, inserts int) {
+		prepared := func() (small, large int) {
 			t.Helper()
 			for range 7 {
 				store.ExpireKeys(db)
@@ -121,21 +119,23 @@ func TestClaimIsPlannedAtEachExecutionWhileTheTableIsSmall(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err := db.SQL().QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE statement LIKE '%pick AS%' OR statement LIKE '%RECURSIVE k(key)%'),
-				count(*) FILTER (WHERE statement LIKE '%INSERT INTO jobs%') FROM pg_prepared_statements
-				WHERE statement NOT LIKE '%pg_prepared_statements%'`).Scan(&queue, &inserts)
+			err := db.SQL().QueryRowContext(ctx, `SELECT
+				count(*) FILTER (WHERE statement NOT LIKE '%class 8 */'),
+				count(*) FILTER (WHERE statement LIKE '%class 8 */')
+				FROM pg_prepared_statements WHERE (statement LIKE '%pick AS%' OR statement LIKE '%RECURSIVE k(key)%')
+				AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&small, &large)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return queue, inserts
+			return small, large
 		}
 		queueRuns(t, db, 2, 10)
-		if queue, inserts := prepared(); queue != 0 || inserts == 0 {
-			t.Fatalf("small table, prepared on the connection: %d claims or key reads (want none), %d run inserts (want some)", queue, inserts)
+		if small, large := prepared(); small != 2 || large != 0 {
+			t.Fatalf("small table: prepared %d claims and key reads of a small class (want both), %d of the large one (want none)", small, large)
 		}
 		queueRuns(t, db, 20, 256)
-		if queue, _ := prepared(); queue != 2 {
-			t.Fatalf("large table, prepared on the connection: %d claims or key reads, want both", queue)
+		if _, large := prepared(); large != 2 {
+			t.Fatalf("large table: prepared %d claims and key reads of the large class, want both", large)
 		}
 	})
 }

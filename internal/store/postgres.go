@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,54 +19,6 @@ import (
 // Several coordinators may share the database: claims use FOR UPDATE SKIP
 // LOCKED, and job changes in a run first take the run's advisory lock.
 type postgresDialect struct{}
-
-// planEachTime, as a statement's first argument, has pgx send it as an
-// unnamed statement (its description cached: still one round trip), which
-// PostgreSQL parses and plans for that execution's parameters and the
-// tables' sizes at that moment. A statement pgx prepares is planned once
-// for any parameters after five executions, with the tables as they were
-// then: for the queue's statements that can be an empty table, and a plan
-// that reads every row of a full one.
-var planEachTime any = pgx.QueryExecModeCacheDescribe
-
-// smallJobsPages is the size of the jobs table (8 KiB pages: about 3,500
-// jobs) below which the queue's statements are planned at each execution.
-// At or above it no plan that reads the whole table can look cheaper than
-// the index paths (the plan tests hold that with any statistics), so they
-// are prepared like any other: parsing and planning the claim each time
-// costs PostgreSQL ~0.7 ms a claim, which lengthened the claim's tail at
-// 1,000 agents.
-const smallJobsPages = 128
-
-// queuePlans says how the queue's statements (the claim, the keys' skip
-// scan) are sent: planned each time while the jobs table is small, then
-// prepared. The table's file does not shrink (retention's deletes leave its
-// pages for new rows), so once large it stays so.
-type queuePlans struct{ large atomic.Bool }
-
-// lead is what goes before a queue statement's arguments.
-func (p *queuePlans) lead() []any {
-	if p == nil || p.large.Load() {
-		return nil
-	}
-	return []any{planEachTime}
-}
-
-// check reads the jobs table's size while it is small (with each fresh
-// read of the queued keys, at most every keyCacheTTL).
-func (p *queuePlans) check(ctx context.Context, q querier) error {
-	if p == nil || p.large.Load() {
-		return nil
-	}
-	var pages int64
-	if err := q.queryRow(ctx, "SELECT pg_relation_size('jobs') / current_setting('block_size')::bigint").Scan(&pages); err != nil {
-		return fmt.Errorf("size of jobs: %w", err)
-	}
-	if pages >= smallJobsPages {
-		p.large.Store(true)
-	}
-	return nil
-}
 
 func (postgresDialect) name() string       { return "postgres" }
 func (postgresDialect) dollarParams() bool { return true }
