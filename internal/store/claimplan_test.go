@@ -154,22 +154,8 @@ func TestExpirySweepUsesTheExpiryIndex(t *testing.T) {
 			}, "SET enable_seqscan = off")
 			return
 		}
-		rows, err := db.SQL().QueryContext(ctx, "EXPLAIN QUERY PLAN "+store.ExpirySweep, 0, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var plan strings.Builder
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(detail + "\n")
-		}
-		if !strings.Contains(plan.String(), "jobs_queue_expiry") {
-			t.Fatalf("the expiry sweep does not read jobs_queue_expiry:\n%s", plan.String())
+		if p := planOf(t, db, store.ExpirySweep, 0, 64); !strings.Contains(p, "jobs_queue_expiry") {
+			t.Fatalf("the expiry sweep does not read jobs_queue_expiry:\n%s", p)
 		}
 	})
 }
@@ -189,34 +175,53 @@ func TestAgentSweepUsesTheAgentIndex(t *testing.T) {
 		if _, err := db.Queue().Claim(ctx, "agent-1", linux, 3); err != nil {
 			t.Fatal(err)
 		}
-		q, explain := store.AgentHoldsSQL(), "EXPLAIN QUERY PLAN "
 		if db.Dialect() == "postgres" {
-			q, explain = strings.Replace(q, "?", "$1", 1), "EXPLAIN "
 			if _, err := db.SQL().ExecContext(ctx, "ANALYZE jobs"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		rows, err := db.SQL().QueryContext(ctx, explain+q, "agent-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		cols, _ := rows.Columns()
-		var plan strings.Builder
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			for i := range vals {
-				vals[i] = new(any)
-			}
-			if err := rows.Scan(vals...); err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintln(&plan, *(vals[len(vals)-1].(*any)))
-		}
-		if !strings.Contains(plan.String(), "jobs_agent") {
-			t.Fatalf("the agent's sweep does not read jobs_agent:\n%s", plan.String())
+		if p := planOf(t, db, store.AgentHoldsSQL(), "agent-1"); !strings.Contains(p, "jobs_agent") {
+			t.Fatalf("the agent's sweep does not read jobs_agent:\n%s", p)
 		}
 	})
+}
+
+// planOf returns the plan of q (its ? placeholders rebound as $1, $2 … on
+// PostgreSQL) with args, one line per step: EXPLAIN QUERY PLAN's details on
+// SQLite, EXPLAIN's lines on PostgreSQL.
+func planOf(t *testing.T, db *store.DB, q string, args ...any) string {
+	t.Helper()
+	explain := "EXPLAIN QUERY PLAN "
+	if db.Dialect() == "postgres" {
+		explain = "EXPLAIN "
+		for i := 1; strings.Contains(q, "?"); i++ {
+			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
+		}
+	}
+	rows, err := db.SQL().QueryContext(ctx, explain+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		for i := range vals {
+			vals[i] = new(any)
+		}
+		if err := rows.Scan(vals...); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(&plan, *(vals[len(vals)-1].(*any)))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
 }
 
 // TestStartPlanFindsJobsByKey: a batch's start names its jobs, and
