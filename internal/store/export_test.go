@@ -48,11 +48,15 @@ func KeysReadAt(db *DB) time.Time {
 	return db.keys.at
 }
 
-// ExpireKeys makes db's next claim read the queued keys afresh.
+// ExpireKeys makes db's next claim read the queued keys afresh, and on
+// PostgreSQL the jobs table's size with them.
 func ExpireKeys(db *DB) {
 	db.keys.mu.Lock()
 	defer db.keys.mu.Unlock()
 	db.keys.at = time.Time{}
+	if db.keys.plans != nil {
+		db.keys.plans.checked.Store(0)
+	}
 }
 
 // TrustKeys makes db's claims trust the keys they last read for an hour,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"time"
 )
 
 // queuePlans keeps PostgreSQL's cached plans of the queue's statements (the
@@ -28,7 +29,8 @@ import (
 // execute it), which lengthened the claim's tail at 1,000 agents and the
 // webhook's path.
 type queuePlans struct {
-	class atomic.Int32 // bits.Len of the table's pages, at most largeClass
+	class   atomic.Int32 // bits.Len of the table's pages, at most largeClass
+	checked atomic.Int64 // when check last read the size, Unix nanoseconds
 }
 
 // largeJobsPages is the size of the jobs table (8 KiB pages: about 3,500
@@ -56,12 +58,18 @@ func (p *queuePlans) tag() string {
 	return classTags[p.class.Load()]
 }
 
-// check reads the jobs table's size until it is large (with each fresh
-// read of the queued keys, at most every keyCacheTTL). A table's file does
-// not shrink under retention's deletes (their pages take new rows), and a
-// class read lower later would only select plans made on a smaller table.
+// check reads the jobs table's size until it is large, with a read of the
+// queued keys and at most once per keyCacheTTL (a claim that comes up
+// short rereads the keys at once: it need not read the size again). A
+// table's file does not shrink under retention's deletes (their pages take
+// new rows), and a class read lower later would only select plans made on
+// a smaller table.
 func (p *queuePlans) check(ctx context.Context, q querier) error {
 	if p == nil || p.class.Load() == largeClass {
+		return nil
+	}
+	now := time.Now().UnixNano()
+	if last := p.checked.Load(); last != 0 && now-last < int64(keyCacheTTL) || !p.checked.CompareAndSwap(last, now) {
 		return nil
 	}
 	var pages uint64
