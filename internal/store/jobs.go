@@ -151,7 +151,11 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 		if err != nil {
 			return err
 		}
-		var startedRuns []string // of the moved jobs whose start rode along
+		// The runs still pending of the moved jobs whose start rode along:
+		// the move reads each job's run status, so the runs' update — all
+		// but always a no-op, as the claim started the run — costs a round
+		// trip only when one is pending.
+		var pendingRuns []string
 		for _, g := range order {
 			items := groups[g]
 			if len(unsettled) > 0 {
@@ -172,7 +176,7 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 				}
 				leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
 				ch := change{ids: ids, set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
-					where: "AND " + leased, wargs: pairs, err: g.err}
+					where: "AND " + leased, wargs: pairs, err: g.err, runStatus: g.started}
 				if g.started {
 					ch.set += ", started_at = COALESCE(started_at, ?)"
 					ch.args = append(ch.args, ms(t.now))
@@ -184,8 +188,8 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 				done := make(map[string]bool, len(moved))
 				for _, m := range moved {
 					done[m.ID] = true
-					if g.started && !slices.Contains(startedRuns, m.RunID) {
-						startedRuns = append(startedRuns, m.RunID)
+					if g.started && m.RunStatus == kiln.RunPending && !slices.Contains(pendingRuns, m.RunID) {
+						pendingRuns = append(pendingRuns, m.RunID)
 					}
 				}
 				for _, i := range chunk {
@@ -197,7 +201,7 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 				}
 			}
 		}
-		return t.startPendingRuns(ctx, startedRuns)
+		return t.startPendingRuns(ctx, pendingRuns)
 	})
 	return errs, eff, err
 }

@@ -109,6 +109,9 @@ type change struct {
 	where string // extra conditions, e.g. "AND lease_epoch = ?"
 	wargs []any  // arguments of where
 	err   string // the job's error message (terminal moves)
+	// runStatus asks for each moved job's run status (movedJob.RunStatus)
+	// in the move's own statement.
+	runStatus bool
 }
 
 // movedJob is a row a move changed, as it is after the change.
@@ -123,6 +126,7 @@ type movedJob struct {
 	FailFast      bool
 	HasDependents bool
 	Status        kiln.JobStatus
+	RunStatus     kiln.RunStatus // with change.runStatus: its run's, as the move found it
 }
 
 const movedCols = "id, run_id, name, base, COALESCE(agent_id, ''), lease_epoch, max_parallel, fail_fast, has_dependents"
@@ -152,6 +156,9 @@ func (t *txn) move(ctx context.Context, m move, c change) ([]movedJob, error) {
 		in, inArgs := t.db.dialect.oneOf("id", ids)
 		fmt.Fprintf(&b, " WHERE %s AND %s %s RETURNING %s",
 			in, listedStatus(m.from), c.where, movedCols)
+		if c.runStatus {
+			b.WriteString(", (SELECT status FROM runs WHERE runs.id = jobs.run_id)")
+		}
 		args = append(args, inArgs...)
 		args = append(args, c.wargs...)
 		rows, err := t.query(ctx, b.String(), args...)
@@ -160,8 +167,11 @@ func (t *txn) move(ctx context.Context, m move, c change) ([]movedJob, error) {
 		}
 		for rows.Next() {
 			j := movedJob{Status: m.to}
-			if err := rows.Scan(&j.ID, &j.RunID, &j.Name, &j.Base, &j.AgentID, &j.Epoch,
-				&j.MaxParallel, &j.FailFast, &j.HasDependents); err != nil {
+			dest := []any{&j.ID, &j.RunID, &j.Name, &j.Base, &j.AgentID, &j.Epoch, &j.MaxParallel, &j.FailFast, &j.HasDependents}
+			if c.runStatus {
+				dest = append(dest, &j.RunStatus)
+			}
+			if err := rows.Scan(dest...); err != nil {
 				rows.Close()
 				return nil, err
 			}
