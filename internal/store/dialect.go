@@ -20,6 +20,10 @@ type dialect interface {
 	// uploads in flight (a completion's settle, B217): on PostgreSQL in the
 	// same statement, one round trip for both.
 	settleLock(ctx context.Context, t *txn, jobIDs, settle []string) (map[string]bool, error)
+	// runsLockedFirst is lockRunsOfJobs as a condition of the statement
+	// that changes the jobs, taken before it reads a row (one round trip
+	// for both); "" where lockRunsOfJobs has nothing to do.
+	runsLockedFirst(jobIDs []string) (string, []any)
 	// nextRunNumber is the SQL expression of the next run number.
 	nextRunNumber() string
 	// oneOf is the condition "col is one of vals" and its arguments;

@@ -147,9 +147,19 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 				settle = append(settle, c.JobID)
 			}
 		}
-		unsettled, err := t.db.dialect.settleLock(ctx, t, ids, settle)
-		if err != nil {
-			return err
+		// The runs are locked before any job changes: by the first move's
+		// own statement (one round trip less per batch of the fleet's
+		// committer), or, when completions wait for uploads, by the
+		// statement that also finds those.
+		var unsettled map[string]bool
+		lockFirst := ids
+		if len(settle) > 0 || len(order) == 0 {
+			lockFirst = nil
+			u, err := t.db.dialect.settleLock(ctx, t, ids, settle)
+			if err != nil {
+				return err
+			}
+			unsettled = u
 		}
 		// The runs still pending of the moved jobs whose start rode along:
 		// the move reads each job's run status, so the runs' update — all
@@ -176,7 +186,8 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 				}
 				leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
 				ch := change{ids: ids, set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
-					where: "AND " + leased, wargs: pairs, err: g.err, runStatus: g.started}
+					where: "AND " + leased, wargs: pairs, err: g.err, runStatus: g.started, lockFirst: lockFirst}
+				lockFirst = nil
 				if g.started {
 					ch.set += ", started_at = COALESCE(started_at, ?)"
 					ch.args = append(ch.args, ms(t.now))

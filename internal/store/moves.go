@@ -109,6 +109,10 @@ type change struct {
 	where string // extra conditions, e.g. "AND lease_epoch = ?"
 	wargs []any  // arguments of where
 	err   string // the job's error message (terminal moves)
+	// lockFirst, when set, are jobs whose runs the move's statement locks
+	// before it reads a row (dialect.runsLockedFirst), as lockRunsOfJobs
+	// would in a statement of its own.
+	lockFirst []string
 	// runStatus asks for each moved job's run status (movedJob.RunStatus)
 	// in the move's own statement.
 	runStatus bool
@@ -154,13 +158,19 @@ func (t *txn) move(ctx context.Context, m move, c change) ([]movedJob, error) {
 			args = append(args, c.args...)
 		}
 		in, inArgs := t.db.dialect.oneOf("id", ids)
-		fmt.Fprintf(&b, " WHERE %s AND %s %s RETURNING %s",
-			in, listedStatus(m.from), c.where, movedCols)
+		fmt.Fprintf(&b, " WHERE %s AND %s %s", in, listedStatus(m.from), c.where)
+		args = append(args, inArgs...)
+		args = append(args, c.wargs...)
+		if start == 0 && len(c.lockFirst) > 0 {
+			if lock, lockArgs := t.db.dialect.runsLockedFirst(c.lockFirst); lock != "" {
+				b.WriteString(" AND " + lock)
+				args = append(args, lockArgs...)
+			}
+		}
+		b.WriteString(" RETURNING " + movedCols)
 		if c.runStatus {
 			b.WriteString(", (SELECT status FROM runs WHERE runs.id = jobs.run_id)")
 		}
-		args = append(args, inArgs...)
-		args = append(args, c.wargs...)
 		rows, err := t.query(ctx, b.String(), args...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.name, err)
@@ -183,6 +193,9 @@ func (t *txn) move(ctx context.Context, m move, c change) ([]movedJob, error) {
 		}
 	}
 	for _, j := range out {
+		if len(c.lockFirst) > 0 {
+			t.locked[j.RunID] = true
+		}
 		t.moved(j)
 	}
 	return out, nil

@@ -70,13 +70,29 @@ func (postgresDialect) settleLock(ctx context.Context, t *txn, jobIDs, settle []
 	return pgLock(ctx, t, runsOfJobs, []any{jobIDs, settle}, "SELECT DISTINCT job_id FROM uploads_in_flight WHERE job_id = ANY(?::text[])")
 }
 
+// runsLockedFirst is an uncorrelated subquery, which PostgreSQL runs once
+// as an InitPlan and tests as the One-Time Filter gating the statement's
+// scan: the locks are taken, in k order, before the statement reads (and
+// so locks) any job row, the order every transaction takes them in. The
+// statement's snapshot is older than the locks, but a job row changed
+// meanwhile is rechecked as it is now (READ COMMITTED's recheck of an
+// updated row), and the statements after it take new snapshots.
+func (postgresDialect) runsLockedFirst(jobIDs []string) (string, []any) {
+	return "(SELECT count(*) FROM " + pgLockRows(runsOfJobs) + ") >= 0", []any{jobIDs}
+}
+
+// pgLockRows is the FROM item taking the advisory locks of the (id, k) rows
+// inner selects, in k order.
+func pgLockRows(inner string) string {
+	return "(SELECT * FROM (" + inner + ") r(id, k) ORDER BY k OFFSET 0) s CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(s.k)) l"
+}
+
 // pgLock takes the advisory locks of the (id, k) rows inner selects, in k
 // order. also, when set, is a query of ids run in the same statement (one
 // round trip for both; args hold its arguments after inner's), and its ids
 // are returned.
 func pgLock(ctx context.Context, t *txn, inner string, args []any, also string) (map[string]bool, error) {
-	q := "SELECT true, s.id FROM (SELECT * FROM (" + inner + ") r(id, k) ORDER BY k OFFSET 0) s " +
-		"CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(s.k)) l"
+	q := "SELECT true, s.id FROM " + pgLockRows(inner)
 	if also != "" {
 		q += " UNION ALL SELECT false, id FROM (" + also + ") a(id)"
 	}

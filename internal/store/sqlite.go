@@ -36,6 +36,7 @@ func (sqliteDialect) wrap(err error) error { return err }
 // lockRuns is a no-op: the transaction already holds the only write lock.
 func (sqliteDialect) lockRuns(context.Context, *txn, []string) error       { return nil }
 func (sqliteDialect) lockRunsOfJobs(context.Context, *txn, []string) error { return nil }
+func (sqliteDialect) runsLockedFirst([]string) (string, []any)             { return "", nil }
 
 func (sqliteDialect) settleLock(ctx context.Context, t *txn, _, settle []string) (map[string]bool, error) {
 	return Uploads{h: handle{db: t.db, tx: t}}.InFlightAmong(ctx, settle)
