@@ -16,10 +16,6 @@ type dialect interface {
 	// lockRuns and lockRunsOfJobs serialize job changes per run.
 	lockRuns(ctx context.Context, t *txn, runIDs []string) error
 	lockRunsOfJobs(ctx context.Context, t *txn, jobIDs []string) error
-	// settleLock is lockRunsOfJobs that also reports which of settle have
-	// uploads in flight (a completion's settle, B217): on PostgreSQL in the
-	// same statement, one round trip for both.
-	settleLock(ctx context.Context, t *txn, jobIDs, settle []string) (map[string]bool, error)
 	// runsLockedFirst is lockRunsOfJobs as a condition of the statement
 	// that changes the jobs, taken before it reads a row (one round trip
 	// for both); "" where lockRunsOfJobs has nothing to do.

@@ -109,18 +109,12 @@ func (j Jobs) Complete(ctx context.Context, c Completion) (Effects, error) {
 func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error, eff Effects, err error) {
 	// Completions alike (same status, error and outputs — typically plain
 	// successes) move in one statement; each keeps its own lease check.
-	type group struct {
-		status  kiln.JobStatus
-		err     string
-		outputs string
-		started bool
-	}
 	moves := map[kiln.JobStatus]move{kiln.JobSuccess: mSucceed, kiln.JobFailed: mFail, kiln.JobCancelled: mCancelReported}
-	groups := map[group][]int{}
-	var order []group
+	groups := map[completionGroup][]int{}
+	var order []completionGroup
 	errs = make([]error, len(cs))
 	for i, c := range cs {
-		g := group{status: c.Status}
+		g := completionGroup{status: c.Status}
 		if _, ok := moves[c.Status]; !ok {
 			errs[i] = invalid("job %s: a completion's status is success, failed or cancelled, not %q", c.JobID, c.Status)
 			continue
@@ -139,27 +133,12 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 		groups[g] = append(groups[g], i)
 	}
 	eff, err = j.h.op(ctx, func(t *txn) error {
-		ids := make([]string, 0, len(cs))
-		var settle []string
-		for _, c := range cs {
-			ids = append(ids, c.JobID)
-			if c.Settle {
-				settle = append(settle, c.JobID)
-			}
-		}
-		// The runs are locked before any job changes: by the first move's
-		// own statement (one round trip less per batch of the fleet's
-		// committer), or, when completions wait for uploads, by the
-		// statement that also finds those.
-		var unsettled map[string]bool
-		lockFirst := ids
-		if len(settle) > 0 || len(order) == 0 {
-			lockFirst = nil
-			u, err := t.db.dialect.settleLock(ctx, t, ids, settle)
-			if err != nil {
-				return err
-			}
-			unsettled = u
+		// The first move's statement locks the runs of every job of the
+		// batch before it reads a job's row (on PostgreSQL; one round trip
+		// for both, where it was one each for the fleet's committer).
+		lockFirst := make([]string, len(cs))
+		for i, c := range cs {
+			lockFirst[i] = c.JobID
 		}
 		// The runs still pending of the moved jobs whose start rode along:
 		// the move reads each job's run status, so the runs' update — all
@@ -168,46 +147,16 @@ func (j Jobs) CompleteBatch(ctx context.Context, cs []Completion) (errs []error,
 		var pendingRuns []string
 		for _, g := range order {
 			items := groups[g]
-			if len(unsettled) > 0 {
-				items = slices.DeleteFunc(slices.Clone(items), func(i int) bool {
-					if cs[i].Settle && unsettled[cs[i].JobID] {
-						errs[i] = unsettledErr(cs[i].JobID)
-						return true
-					}
-					return false
-				})
-			}
 			for start := 0; start < len(items); start += 250 {
 				chunk := items[start:min(start+250, len(items))]
-				ids := make([]string, len(chunk))
-				epochs := make([]int64, len(chunk))
-				for k, i := range chunk {
-					ids[k], epochs[k] = cs[i].JobID, cs[i].Epoch
-				}
-				leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
-				ch := change{ids: ids, set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
-					where: "AND " + leased, wargs: pairs, err: g.err, runStatus: g.started, lockFirst: lockFirst}
-				lockFirst = nil
-				if g.started {
-					ch.set += ", started_at = COALESCE(started_at, ?)"
-					ch.args = append(ch.args, ms(t.now))
-				}
-				moved, err := t.move(ctx, moves[g.status], ch)
+				pending, err := t.completeChunk(ctx, moves[g.status], g, cs, chunk, lockFirst, errs)
 				if err != nil {
 					return err
 				}
-				done := make(map[string]bool, len(moved))
-				for _, m := range moved {
-					done[m.ID] = true
-					if g.started && m.RunStatus == kiln.RunPending && !slices.Contains(pendingRuns, m.RunID) {
-						pendingRuns = append(pendingRuns, m.RunID)
-					}
-				}
-				for _, i := range chunk {
-					if done[cs[i].JobID] {
-						errs[i] = nil
-					} else {
-						errs[i] = t.refusal(ctx, cs[i].Lease, "complete")
+				lockFirst = nil
+				for _, r := range pending {
+					if !slices.Contains(pendingRuns, r) {
+						pendingRuns = append(pendingRuns, r)
 					}
 				}
 			}
@@ -270,6 +219,80 @@ func (j Jobs) UpdateSteps(ctx context.Context, l Lease, updates ...StepUpdate) e
 		}
 		return nil
 	})
+}
+
+// completionGroup is what completions moved by one statement share.
+type completionGroup struct {
+	status  kiln.JobStatus
+	err     string
+	outputs string
+	started bool
+}
+
+// completeChunk moves the completions chunk indexes in cs, alike (g), with
+// one statement, writes each one's answer into errs, and returns the runs,
+// still pending, of the moved jobs whose start rode along. With lockFirst
+// the statement first locks those jobs' runs (dialect.runsLockedFirst). A
+// success asking to settle whose job has uploads in flight (B217) is left
+// out by the statement itself, and answered ErrUnsettled.
+func (t *txn) completeChunk(ctx context.Context, m move, g completionGroup, cs []Completion, chunk []int, lockFirst []string, errs []error) ([]string, error) {
+	ids := make([]string, len(chunk))
+	epochs := make([]int64, len(chunk))
+	var settle []string
+	for k, i := range chunk {
+		ids[k], epochs[k] = cs[i].JobID, cs[i].Epoch
+		if cs[i].Settle {
+			settle = append(settle, cs[i].JobID)
+		}
+	}
+	leased, pairs := t.db.dialect.pairOf("id", "lease_epoch", ids, epochs)
+	ch := change{ids: ids, set: "outputs = ?, ack_deadline = NULL", args: []any{nullString(g.outputs)},
+		where: "AND " + leased, wargs: pairs, err: g.err, runStatus: g.started, lockFirst: lockFirst}
+	if g.started {
+		ch.set += ", started_at = COALESCE(started_at, ?)"
+		ch.args = append(ch.args, ms(t.now))
+	}
+	if len(settle) > 0 {
+		in, inArgs := t.db.dialect.oneOf("jobs.id", settle)
+		ch.where += " AND NOT (" + in + " AND EXISTS (SELECT 1 FROM uploads_in_flight u WHERE u.job_id = jobs.id))"
+		ch.wargs = append(ch.wargs, inArgs...)
+	}
+	moved, err := t.move(ctx, m, ch)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[string]bool, len(moved))
+	var pending []string
+	for _, j := range moved {
+		done[j.ID] = true
+		if g.started && j.RunStatus == kiln.RunPending {
+			pending = append(pending, j.RunID)
+		}
+	}
+	for _, i := range chunk {
+		switch {
+		case done[cs[i].JobID]:
+			errs[i] = nil
+		case cs[i].Settle:
+			errs[i] = t.leftToSettle(ctx, m, cs[i].Lease)
+		default:
+			errs[i] = t.refusal(ctx, cs[i].Lease, "complete")
+		}
+	}
+	return pending, nil
+}
+
+// leftToSettle answers a success asking to settle that its move left
+// alone: a job still held under the lease, in a status the move takes, was
+// left out for its uploads in flight; any other is refused as refusal says.
+func (t *txn) leftToSettle(ctx context.Context, m move, l Lease) error {
+	var status kiln.JobStatus
+	var epoch int64
+	err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch)
+	if err == nil && epoch == l.Epoch && slices.Contains(m.from, status) {
+		return unsettledErr(l.JobID)
+	}
+	return t.refusal(ctx, l, "complete")
 }
 
 // refusal explains why a lease-guarded change matched no row.

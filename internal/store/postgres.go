@@ -50,8 +50,7 @@ func (postgresDialect) lockRuns(ctx context.Context, t *txn, ids []string) error
 	if len(need) == 0 {
 		return nil
 	}
-	_, err := pgLock(ctx, t, "SELECT id, hashtextextended(id, 0) AS k FROM runs WHERE id = ANY(?::text[])", []any{need}, "")
-	return err
+	return pgLock(ctx, t, "SELECT id, hashtextextended(id, 0) AS k FROM runs WHERE id = ANY(?::text[])", need)
 }
 
 // runsOfJobs are the (id, k) rows of the runs of some jobs, for pgLock.
@@ -59,15 +58,7 @@ const runsOfJobs = "SELECT DISTINCT run_id, hashtextextended(run_id, 0) AS k FRO
 
 // lockRunsOfJobs locks the runs of jobs in one round trip.
 func (postgresDialect) lockRunsOfJobs(ctx context.Context, t *txn, jobIDs []string) error {
-	_, err := pgLock(ctx, t, runsOfJobs, []any{jobIDs}, "")
-	return err
-}
-
-func (postgresDialect) settleLock(ctx context.Context, t *txn, jobIDs, settle []string) (map[string]bool, error) {
-	if len(settle) == 0 {
-		return pgLock(ctx, t, runsOfJobs, []any{jobIDs}, "")
-	}
-	return pgLock(ctx, t, runsOfJobs, []any{jobIDs, settle}, "SELECT DISTINCT job_id FROM uploads_in_flight WHERE job_id = ANY(?::text[])")
+	return pgLock(ctx, t, runsOfJobs, jobIDs)
 }
 
 // runsLockedFirst is an uncorrelated subquery, which PostgreSQL runs once
@@ -87,34 +78,22 @@ func pgLockRows(inner string) string {
 	return "(SELECT * FROM (" + inner + ") r(id, k) ORDER BY k OFFSET 0) s CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(s.k)) l"
 }
 
-// pgLock takes the advisory locks of the (id, k) rows inner selects, in k
-// order. also, when set, is a query of ids run in the same statement (one
-// round trip for both; args hold its arguments after inner's), and its ids
-// are returned.
-func pgLock(ctx context.Context, t *txn, inner string, args []any, also string) (map[string]bool, error) {
-	q := "SELECT true, s.id FROM " + pgLockRows(inner)
-	if also != "" {
-		q += " UNION ALL SELECT false, id FROM (" + also + ") a(id)"
-	}
-	rows, err := t.query(ctx, q, args...)
+// pgLock takes the advisory locks of the (id, k) rows inner selects (its
+// one argument, ids), in k order, and records the ids as locked.
+func pgLock(ctx context.Context, t *txn, inner string, ids []string) error {
+	rows, err := t.query(ctx, "SELECT s.id FROM "+pgLockRows(inner), ids)
 	if err != nil {
-		return nil, fmt.Errorf("lock runs: %w", err)
+		return fmt.Errorf("lock runs: %w", err)
 	}
 	defer rows.Close()
-	found := map[string]bool{}
 	for rows.Next() {
-		var locked bool
 		var id string
-		if err := rows.Scan(&locked, &id); err != nil {
-			return nil, err
+		if err := rows.Scan(&id); err != nil {
+			return err
 		}
-		if locked {
-			t.locked[id] = true
-		} else {
-			found[id] = true
-		}
+		t.locked[id] = true
 	}
-	return found, rows.Err()
+	return rows.Err()
 }
 
 func (postgresDialect) nextRunNumber() string { return "nextval('run_numbers')" }

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -84,4 +85,52 @@ func waitForLockWaiter(t *testing.T, db *store.DB) {
 		}
 	}
 	t.Fatal("no session waits for a run's lock")
+}
+
+// The settle rides in the completion's own statement (B217): of a batch's
+// successes asking to settle, one whose job has an upload in flight is left
+// out, unstored, and answered ErrUnsettled; the others end; a stale lease
+// is refused as stale, uploads or not; a success not asking to settle ends
+// whatever its job uploads; and once the upload ended, the success left out
+// ends too.
+// Proves B217 (docs/behaviours.md).
+func TestCompleteBatchLeavesOutSuccessesWithUploadsInFlight(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		cr := mustCreate(t, db, newRun(job("a"), job("b"), job("c"), job("d")))
+		ca := claimJob(t, db, "agent-1", cr.Jobs["a"])
+		cb := claimJob(t, db, "agent-2", cr.Jobs["b"])
+		cc := claimJob(t, db, "agent-3", cr.Jobs["c"])
+		cd := claimJob(t, db, "agent-4", cr.Jobs["d"])
+		for _, c := range []store.Claimed{ca, cc, cd} {
+			if err := db.Uploads().Begin(ctx, "up-"+c.JobID, c.JobID, "cache", "deps"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stale := lease(cc)
+		stale.Epoch++
+		errs, _, err := db.Jobs().CompleteBatch(ctx, []store.Completion{
+			{Lease: lease(ca), Status: kiln.JobSuccess, Settle: true},
+			{Lease: lease(cb), Status: kiln.JobSuccess, Settle: true},
+			{Lease: stale, Status: kiln.JobSuccess, Settle: true},
+			{Lease: lease(cd), Status: kiln.JobSuccess},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(errs[0], store.ErrUnsettled) || errs[1] != nil || !errors.Is(errs[2], store.ErrStaleLease) || errs[3] != nil {
+			t.Fatalf("errs %v; want unsettled, nil, stale, nil", errs)
+		}
+		wantStatus(t, db, ca.JobID, kiln.JobDispatched)
+		wantStatus(t, db, cb.JobID, kiln.JobSuccess)
+		wantStatus(t, db, cc.JobID, kiln.JobDispatched)
+		wantStatus(t, db, cd.JobID, kiln.JobSuccess)
+		if err := db.Uploads().End(ctx, "up-"+ca.JobID); err != nil {
+			t.Fatal(err)
+		}
+		errs, _, err = db.Jobs().CompleteBatch(ctx, []store.Completion{{Lease: lease(ca), Status: kiln.JobSuccess, Settle: true}})
+		if err != nil || errs[0] != nil {
+			t.Fatalf("after the upload ended: %v %v", errs, err)
+		}
+		wantStatus(t, db, ca.JobID, kiln.JobSuccess)
+	})
 }

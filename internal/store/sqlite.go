@@ -38,10 +38,6 @@ func (sqliteDialect) lockRuns(context.Context, *txn, []string) error       { ret
 func (sqliteDialect) lockRunsOfJobs(context.Context, *txn, []string) error { return nil }
 func (sqliteDialect) runsLockedFirst([]string) (string, []any)             { return "", nil }
 
-func (sqliteDialect) settleLock(ctx context.Context, t *txn, _, settle []string) (map[string]bool, error) {
-	return Uploads{h: handle{db: t.db, tx: t}}.InFlightAmong(ctx, settle)
-}
-
 // nextRunNumber: the single writer makes MAX+1 race-free; runs_number is a
 // unique index, so this reads one index entry.
 func (sqliteDialect) nextRunNumber() string {

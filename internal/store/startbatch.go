@@ -125,7 +125,7 @@ func (t *txn) startRefused(ctx context.Context, l Lease) error {
 // startPendingRuns starts the runs among runIDs that are still pending: a
 // job of each began, its start stored with its end (Completion.Started).
 // One statement for all of them, run by CompleteBatch while it holds the
-// runs' locks (settleLock).
+// runs' locks (taken by its first move).
 func (t *txn) startPendingRuns(ctx context.Context, runIDs []string) error {
 	if len(runIDs) == 0 {
 		return nil
