@@ -80,8 +80,12 @@ type committer struct {
 }
 
 func newCommitter(db *store.DB, emit func(store.Effects), max int, log func(string, ...any), stats *counters) *committer {
-	return &committer{held: db.Hold(), emit: emit, max: max, ch: make(chan *op, 4*max),
+	cm := &committer{emit: emit, max: max, ch: make(chan *op, 4*max),
 		stop: make(chan struct{}), done: make(chan struct{}), log: log, stats: stats}
+	// A batch committed while operations wait begins the next one's
+	// transaction in its commit's round trip.
+	cm.held = db.Hold(func() bool { return len(cm.ch) > 0 })
+	return cm
 }
 
 // refusal reports whether err is an operation's answer rather than a

@@ -386,7 +386,7 @@ func benchCommitted(b *testing.B, batch int, setup func(db *store.DB, rounds int
 			rounds := (b.N + batch - 1) / batch
 			enqueue(b, db, rounds*batch)
 			setup(db, rounds)
-			held := db.Hold()
+			held := db.Hold(nil)
 			b.ResetTimer()
 			for r := range rounds {
 				if err := held.Update(ctx, func(tx *store.Tx) error { return round(tx, r) }); err != nil {

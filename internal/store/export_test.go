@@ -41,6 +41,12 @@ func BackendPID(tx *Tx) (int, error) {
 	return pid, err
 }
 
+// ExecIn runs q (with ? placeholders) in tx.
+func ExecIn(tx *Tx, q string, args ...any) error {
+	_, err := tx.t.exec(context.Background(), q, args...)
+	return err
+}
+
 // KeysReadAt is when db last read the queue's keys for its claims.
 func KeysReadAt(db *DB) time.Time {
 	db.keys.mu.Lock()

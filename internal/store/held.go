@@ -19,10 +19,21 @@ import (
 type Held struct {
 	db   *DB
 	conn *sql.Conn // nil: take one at the next transaction
+	// open is the transaction the last commit began (PostgreSQL): the
+	// next Update runs in it, without a BEGIN round trip of its own.
+	open *sql.Tx
+	// more, when set, reports that another Update follows at once: its
+	// commit then also begins the next transaction ("COMMIT; BEGIN").
+	more func() bool
 }
 
-// Hold returns a Held writer on db; Close gives its connection back.
-func (db *DB) Hold() *Held { return &Held{db: db} }
+// Hold returns a Held writer on db; Close gives its connection back. With
+// more, each commit after which more reports true also begins the next
+// transaction, one round trip for both: the fleet's committer, whose
+// queue is never empty at saturation, saves a round trip per batch. It is
+// asked only when another Update follows at once, so the connection is
+// never left idle in a transaction.
+func (db *DB) Hold(more func() bool) *Held { return &Held{db: db, more: more} }
 
 // Update is DB.Update on the held connection. A transaction that fails
 // gives the connection back (it may be broken: the database restarted),
@@ -38,17 +49,39 @@ func (h *Held) Update(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 		h.conn = c
 	}
-	err := h.db.updateVia(ctx, h.conn, func(t *txn) error { return fn(&Tx{t: t}) })
+	err := h.db.updateVia(ctx, heldConn{h}, func(t *txn) error { return fn(&Tx{t: t}) })
 	if err != nil {
 		h.Close()
 	}
 	return err
 }
 
-// Close gives the held connection back to the pool.
+// Close ends a transaction a commit began and gives the held connection
+// back to the pool.
 func (h *Held) Close() {
+	if h.open != nil {
+		_ = h.open.Rollback()
+		h.open = nil
+	}
 	if h.conn != nil {
 		_ = h.conn.Close()
 		h.conn = nil
 	}
 }
+
+// heldConn is the held connection as updateVia's chainer.
+type heldConn struct{ h *Held }
+
+func (c heldConn) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	return c.h.conn.BeginTx(ctx, opts)
+}
+
+func (c heldConn) takeOpen() *sql.Tx {
+	tx := c.h.open
+	c.h.open = nil
+	return tx
+}
+
+func (c heldConn) chainNext() bool { return c.h.more != nil && c.h.more() }
+
+func (c heldConn) keepOpen(tx *sql.Tx) { c.h.open = tx }

@@ -15,7 +15,7 @@ import (
 // it is the database's one writer.
 func TestHeldWriterKeepsOneConnectionAndReplacesALostOne(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
-		h := db.Hold()
+		h := db.Hold(nil)
 		defer h.Close()
 		mustCreate(t, db, newRun(job("a")))
 		if db.Dialect() != "postgres" {
@@ -70,6 +70,96 @@ func TestHeldWriterKeepsOneConnectionAndReplacesALostOne(t *testing.T) {
 		}
 		if _, err := pid(); err != nil {
 			t.Fatalf("after a failed transaction: %v", err)
+		}
+	})
+}
+
+// A held writer told that another transaction follows at once commits and
+// begins that one in one round trip (B157): each transaction's work is
+// committed when its Update returns, the next runs in the transaction the
+// commit began, a failure there rolls back only its own work, and a
+// commit with nothing to follow — or Close — leaves the connection outside
+// a transaction, never idle in one.
+func TestHeldWriterChainsItsTransactions(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
+		if db.Dialect() != "postgres" {
+			t.Skip("SQLite's writer is the database's own; nothing to chain")
+		}
+		more := true
+		h := db.Hold(func() bool { return more })
+		defer h.Close()
+		if _, err := db.SQL().ExecContext(ctx, "CREATE TABLE chained (n int)"); err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		state := func() string {
+			t.Helper()
+			var s string
+			if err := db.SQL().QueryRowContext(ctx, "SELECT state FROM pg_stat_activity WHERE pid = $1", pid).Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		rows := func() int {
+			t.Helper()
+			var n int
+			if err := db.SQL().QueryRowContext(ctx, "SELECT count(*) FROM chained").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		insert := func(fail bool) error {
+			return h.Update(ctx, func(tx *store.Tx) error {
+				var err error
+				if pid, err = store.BackendPID(tx); err != nil {
+					return err
+				}
+				if err := store.ExecIn(tx, "INSERT INTO chained VALUES (1)"); err != nil {
+					return err
+				}
+				if fail {
+					return errors.New("the caller's own failure")
+				}
+				return nil
+			})
+		}
+		if err := insert(false); err != nil {
+			t.Fatal(err)
+		}
+		if n, s := rows(), state(); n != 1 || s != "idle in transaction" {
+			t.Fatalf("after a chained commit: %d rows committed, held connection %q; want 1, idle in transaction", n, s)
+		}
+		first := pid
+		if err := insert(false); err != nil {
+			t.Fatal(err)
+		}
+		if n := rows(); n != 2 || pid != first {
+			t.Fatalf("the chained transaction: %d rows, backend %d; want 2 on %d", n, pid, first)
+		}
+		if err := insert(true); err == nil {
+			t.Fatal("a failing transaction succeeded")
+		}
+		if n := rows(); n != 2 {
+			t.Fatalf("a failed chained transaction left %d rows, want 2", n)
+		}
+		more = false
+		if err := insert(false); err != nil {
+			t.Fatal(err)
+		}
+		if n, s := rows(), state(); n != 3 || s != "idle" {
+			t.Fatalf("after a plain commit: %d rows, held connection %q; want 3, idle", n, s)
+		}
+		more = true
+		if err := insert(false); err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+		var open int
+		if err := db.SQL().QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'").Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		if n := rows(); n != 4 || open != 0 {
+			t.Fatalf("after Close: %d rows, %d sessions idle in a transaction; want 4, 0", n, open)
 		}
 	})
 }

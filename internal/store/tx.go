@@ -106,9 +106,16 @@ func (db *DB) updateOnce(ctx context.Context, b beginner, fn func(t *txn) error)
 	if db.comb != nil {
 		return db.combined(ctx, fn)
 	}
-	sqlTx, err := b.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", db.dialect.wrap(err))
+	ch, chains := b.(chainer)
+	var sqlTx *sql.Tx
+	if chains {
+		sqlTx = ch.takeOpen()
+	}
+	if sqlTx == nil {
+		var err error
+		if sqlTx, err = b.BeginTx(ctx, nil); err != nil {
+			return fmt.Errorf("begin: %w", db.dialect.wrap(err))
+		}
 	}
 	t := &txn{db: db, tx: sqlTx, now: db.now(), locked: map[string]bool{}}
 	defer func() { db.prepareWanted(context.WithoutCancel(ctx), t.wanted) }()
@@ -116,10 +123,35 @@ func (db *DB) updateOnce(ctx context.Context, b beginner, fn func(t *txn) error)
 		_ = sqlTx.Rollback()
 		return err
 	}
+	if chains && ch.chainNext() {
+		// One round trip commits this transaction and begins the next
+		// (simple protocol, two statements): a COMMIT that fails skips
+		// the BEGIN, and the session is left outside a transaction.
+		if _, err := sqlTx.ExecContext(ctx, "COMMIT; BEGIN"); err != nil {
+			_ = sqlTx.Rollback()
+			return fmt.Errorf("commit: %w", db.dialect.wrap(err))
+		}
+		ch.keepOpen(sqlTx)
+		return nil
+	}
 	if err := sqlTx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", db.dialect.wrap(err))
 	}
 	return nil
+}
+
+// chainer is a beginner whose transactions may follow each other without
+// a BEGIN of their own: a commit that also begins the next transaction
+// (Held, for the fleet's committer).
+type chainer interface {
+	beginner
+	// takeOpen returns, and forgets, the transaction the last commit
+	// began, or nil.
+	takeOpen() *sql.Tx
+	// chainNext reports whether the commit should begin the next one.
+	chainNext() bool
+	// keepOpen records the transaction a commit began.
+	keepOpen(*sql.Tx)
 }
 
 // handle is where an accessor runs: in its own transaction (tx nil) or in a
