@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,6 +118,17 @@ func claimJob(t *testing.T, db *store.DB, agent, id string) store.Claimed {
 		t.Fatalf("claimed %s (%s), want %s", c.Name, c.JobID, id)
 	}
 	return c
+}
+
+// claimEach claims the run's jobs of names in order, each by an agent of
+// its own (agent-1, agent-2, …).
+func claimEach(t *testing.T, db *store.DB, cr store.CreatedRun, names ...string) []store.Claimed {
+	t.Helper()
+	out := make([]store.Claimed, len(names))
+	for i, n := range names {
+		out[i] = claimJob(t, db, fmt.Sprintf("agent-%d", i+1), cr.Jobs[n])
+	}
+	return out
 }
 
 func lease(c store.Claimed) store.Lease { return store.Lease{JobID: c.JobID, Epoch: c.Epoch} }

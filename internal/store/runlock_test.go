@@ -97,10 +97,8 @@ func waitForLockWaiter(t *testing.T, db *store.DB) {
 func TestCompleteBatchLeavesOutSuccessesWithUploadsInFlight(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b"), job("c"), job("d")))
-		ca := claimJob(t, db, "agent-1", cr.Jobs["a"])
-		cb := claimJob(t, db, "agent-2", cr.Jobs["b"])
-		cc := claimJob(t, db, "agent-3", cr.Jobs["c"])
-		cd := claimJob(t, db, "agent-4", cr.Jobs["d"])
+		cs := claimEach(t, db, cr, "a", "b", "c", "d")
+		ca, cb, cc, cd := cs[0], cs[1], cs[2], cs[3]
 		for _, c := range []store.Claimed{ca, cc, cd} {
 			if err := db.Uploads().Begin(ctx, "up-"+c.JobID, c.JobID, "cache", "deps"); err != nil {
 				t.Fatal(err)

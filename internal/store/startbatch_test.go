@@ -16,10 +16,8 @@ import (
 func TestStartBatch(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b"), job("c"), job("d")))
-		ca := claimJob(t, db, "agent-1", cr.Jobs["a"])
-		cb := claimJob(t, db, "agent-2", cr.Jobs["b"])
-		cc := claimJob(t, db, "agent-3", cr.Jobs["c"])
-		cd := claimJob(t, db, "agent-4", cr.Jobs["d"])
+		cs := claimEach(t, db, cr, "a", "b", "c", "d")
+		ca, cb, cc, cd := cs[0], cs[1], cs[2], cs[3]
 		complete(t, db, cd, kiln.JobSuccess) // no longer held
 		stale := lease(cc)
 		stale.Epoch++
@@ -54,9 +52,8 @@ func TestStartBatch(t *testing.T) {
 func TestAStartRidingWithItsEndIsStoredByIt(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, clock *storetest.Clock) {
 		cr := mustCreate(t, db, newRun(job("a"), job("b"), job("c")))
-		ca := claimJob(t, db, "agent-1", cr.Jobs["a"])
-		cb := claimJob(t, db, "agent-2", cr.Jobs["b"])
-		cc := claimJob(t, db, "agent-3", cr.Jobs["c"])
+		cs := claimEach(t, db, cr, "a", "b", "c")
+		ca, cb, cc := cs[0], cs[1], cs[2]
 		unstartRun(t, db, cr.ID)
 		clock.Advance(sec(2))
 		stale := lease(cb)
