@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -46,6 +47,15 @@ func ExecIn(tx *Tx, q string, args ...any) error {
 	_, err := tx.t.exec(context.Background(), q, args...)
 	return err
 }
+
+// QueryRowIn runs q (with ? placeholders) in tx.
+func QueryRowIn(tx *Tx, q string, args ...any) *sql.Row {
+	return tx.t.queryRow(context.Background(), q, args...)
+}
+
+// AgeOpen makes the transaction h's last commit began look older than
+// staleOpen.
+func AgeOpen(h *Held) { h.openedAt = h.openedAt.Add(-2 * staleOpen) }
 
 // KeysReadAt is when db last read the queue's keys for its claims.
 func KeysReadAt(db *DB) time.Time {

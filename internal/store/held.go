@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"time"
 )
 
 // Held is one connection kept by a single writer for its transactions, one
@@ -19,20 +20,29 @@ import (
 type Held struct {
 	db   *DB
 	conn *sql.Conn // nil: take one at the next transaction
-	// open is the transaction the last commit began (PostgreSQL): the
-	// next Update runs in it, without a BEGIN round trip of its own.
-	open *sql.Tx
+	// open is the transaction the last commit began (PostgreSQL), at
+	// openedAt: the next Update runs in it, without a BEGIN round trip of
+	// its own, unless it has waited past staleOpen.
+	open     *sql.Tx
+	openedAt time.Time
 	// more, when set, reports that another Update follows at once: its
 	// commit then also begins the next transaction ("COMMIT; BEGIN").
 	more func() bool
 }
+
+// staleOpen bounds how long a transaction a commit began waits for its
+// Update: the committer asks for one only when its next batch is queued,
+// but handing the last batch's effects to a busy engine can hold it up,
+// and an operator's idle_in_transaction_session_timeout may be short.
+const staleOpen = 500 * time.Millisecond
 
 // Hold returns a Held writer on db; Close gives its connection back. With
 // more, each commit after which more reports true also begins the next
 // transaction, one round trip for both: the fleet's committer, whose
 // queue is never empty at saturation, saves a round trip per batch. It is
 // asked only when another Update follows at once, so the connection is
-// never left idle in a transaction.
+// idle in a transaction only between two batches (at most staleOpen: an
+// older one is rolled back and the Update begins its own).
 func (db *DB) Hold(more func() bool) *Held { return &Held{db: db, more: more} }
 
 // Update is DB.Update on the held connection. A transaction that fails
@@ -79,9 +89,13 @@ func (c heldConn) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, er
 func (c heldConn) takeOpen() *sql.Tx {
 	tx := c.h.open
 	c.h.open = nil
+	if tx != nil && time.Since(c.h.openedAt) > staleOpen {
+		_ = tx.Rollback()
+		return nil
+	}
 	return tx
 }
 
 func (c heldConn) chainNext() bool { return c.h.more != nil && c.h.more() }
 
-func (c heldConn) keepOpen(tx *sql.Tx) { c.h.open = tx }
+func (c heldConn) keepOpen(tx *sql.Tx) { c.h.open, c.h.openedAt = tx, time.Now() }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/kilnci/kiln/internal/store"
 	"github.com/kilnci/kiln/internal/store/storetest"
@@ -152,6 +153,20 @@ func TestHeldWriterChainsItsTransactions(t *testing.T) {
 		more = true
 		if err := insert(false); err != nil {
 			t.Fatal(err)
+		}
+		// A transaction the commit began that waited too long is rolled
+		// back, and the next Update begins its own: its start is its own
+		// time, not the commit's 100 ms earlier.
+		time.Sleep(100 * time.Millisecond)
+		store.AgeOpen(h)
+		var waited float64
+		if err := h.Update(ctx, func(tx *store.Tx) error {
+			return store.QueryRowIn(tx, "SELECT extract(epoch FROM clock_timestamp() - now())").Scan(&waited)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if waited > 0.05 {
+			t.Fatalf("the Update ran in a transaction begun %.3f s before it, want one of its own", waited)
 		}
 		h.Close()
 		var open int
