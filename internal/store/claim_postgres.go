@@ -33,7 +33,10 @@ type claimAsk struct {
 // transaction, the events recorded before it are written first, so the
 // timeline keeps their order (a job released and claimed in one commit):
 // by the same statement too (fl), whose rows ev waits for (the count is
-// computed once, before ev's first row), so they get the smaller ids.
+// computed once, before ev's first row), so they get the smaller ids. And
+// a roll-up check the transaction deferred (carriedrollup.go) rides in it:
+// the steps' settles as WITH items, the runs still open as rows with ask
+// -1 after the claimed jobs; the runs found closed are ended after it.
 func claimPostgres(ctx context.Context, q querier, tag string, nowT time.Time, ackTimeout time.Duration, keys []string, asks []claimAsk) ([][]Claimed, error) {
 	now, ack := ms(nowT), ms(nowT.Add(ackTimeout))
 	total := 0
@@ -41,8 +44,16 @@ func claimPostgres(ctx context.Context, q querier, tag string, nowT time.Time, a
 		total += a.slots
 	}
 	var args []any
-	fl := ""
-	if t, ok := q.(*txn); ok && len(t.events) > 0 {
+	fl, carriedWith, carriedOpen := "", "", ""
+	var carried *carriedRollUp
+	var openArgs []any
+	t, inTx := q.(*txn)
+	if inTx {
+		var withArgs []any
+		carriedWith, withArgs, carriedOpen, openArgs, carried = t.takeCarried()
+		args = append(args, withArgs...)
+	}
+	if inTx && len(t.events) > 0 {
 		ins, insArgs, err := unnestInsert(t.takeEvents())
 		if err != nil {
 			return nil, err
@@ -60,12 +71,29 @@ func claimPostgres(ctx context.Context, q querier, tag string, nowT time.Time, a
 		}
 	}
 	args = append(args, total, ask, agent, now, ack, now, now, now, now, now)
-	rows, err := q.query(ctx, claimSQLPostgres(fl, len(keys))+tag, args...)
+	args = append(args, openArgs...)
+	out, open, err := readClaims(ctx, q, claimSQLPostgres(carriedWith, fl, len(keys), carriedOpen)+tag, args, len(asks), ack)
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, err
+	}
+	if carried != nil {
+		if err := t.closeCarried(ctx, carried, open); err != nil {
+			return nil, fmt.Errorf("roll up: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// readClaims runs a claim statement and reads each ask's jobs, and the
+// runs a carried roll-up check found open (rows with ask -1).
+func readClaims(ctx context.Context, q querier, text string, args []any, nasks int, ack int64) ([][]Claimed, []string, error) {
+	rows, err := q.query(ctx, text, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim: %w", err)
 	}
 	defer rows.Close()
-	out := make([][]Claimed, len(asks))
+	out := make([][]Claimed, nasks)
+	var open []string
 	seen := map[string]bool{}
 	for rows.Next() {
 		var c Claimed
@@ -74,7 +102,11 @@ func claimPostgres(ctx context.Context, q querier, tag string, nowT time.Time, a
 		var runStarted bool
 		var queued sql.NullInt64
 		if err := rows.Scan(&c.JobID, &c.RunID, &c.Name, &c.Epoch, &c.Attempt, &spec, &key, &queued, &ask, &runStarted); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if ask < 0 {
+			open = append(open, c.RunID)
+			continue
 		}
 		c.QueuedAt = fromMS(queued)
 		c.Spec, c.Requirement = json.RawMessage(spec), KeyRequirement(key)
@@ -86,19 +118,21 @@ func claimPostgres(ctx context.Context, q querier, tag string, nowT time.Time, a
 		out[ask] = append(out[ask], c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, nil, fmt.Errorf("claim: %w", err)
 	}
 	for i := range out {
 		sortClaimed(out[i])
 	}
-	return out, nil
+	return out, open, nil
 }
 
 // claimSQLPostgres is claimPostgres's statement for nkeys keys. fl, when
 // not empty, is an insert of the transaction's pending timeline events,
-// which the claim's own events must follow. Its parameters: fl's, then
-// each key's (key, now, slots), then the slots, the asks' and agents'
-// arrays, and the times.
+// which the claim's own events must follow; carriedWith and carriedOpen,
+// when not empty, are a carried roll-up check's WITH items and the FROM of
+// its open runs. Its parameters: carriedWith's, fl's, then each key's
+// (key, now, slots), then the slots, the asks' and agents' arrays, the
+// times, and carriedOpen's.
 //
 // Every part is written so that no statistics can make it slow: a
 // database that was never analyzed (a new install's first burst) estimates
@@ -111,9 +145,9 @@ func claimPostgres(ctx context.Context, q querier, tag string, nowT time.Time, a
 // primary key, or for a claim of many jobs on a table of a few thousand by
 // one read of the table, which the planner prices lower. And its cached
 // plans are made with a table of about the size it runs on (queuePlans).
-func claimSQLPostgres(fl string, nkeys int) string {
+func claimSQLPostgres(carriedWith, fl string, nkeys int, carriedOpen string) string {
 	var b strings.Builder
-	b.WriteString("WITH ")
+	b.WriteString("WITH " + carriedWith)
 	after := ""
 	if fl != "" {
 		b.WriteString("fl AS (" + fl + " RETURNING 1), ")
@@ -143,6 +177,9 @@ func claimSQLPostgres(fl string, nkeys int) string {
 		SELECT run_id, id, ?, '` + EventDispatched + `', 'attempt ' || attempts || ' sent to agent ' || agent FROM claimed` + after + `)
 		SELECT c.id, c.run_id, c.name, c.lease_epoch, c.attempts, c.spec, c.queue_key, c.queued_at, c.ask, s.id IS NOT NULL
 		FROM claimed c LEFT JOIN started s ON s.id = c.run_id`)
+	if carriedOpen != "" {
+		b.WriteString(" UNION ALL SELECT '', r, '', 0, 0, '', '', NULL::bigint, -1, false " + carriedOpen)
+	}
 	return b.String()
 }
 

@@ -15,7 +15,7 @@ const ClaimBranchPostgres = claimBranchPostgres
 
 // ClaimSQLPostgres is a whole claim's statement for nkeys keys on
 // PostgreSQL, for the plan test in package store_test.
-func ClaimSQLPostgres(nkeys int) string { return claimSQLPostgres("", nkeys) }
+func ClaimSQLPostgres(nkeys int) string { return claimSQLPostgres("", "", nkeys, "") }
 
 // ExpirySweep is the expiry sweep's read, for the plan test.
 const ExpirySweep = expirySweep

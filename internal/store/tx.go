@@ -84,6 +84,11 @@ func (db *DB) updateVia(ctx context.Context, b beginner, fn func(t *txn) error) 
 		if err != nil {
 			return err
 		}
+		// A roll-up check left for a claim that never came still runs (the
+		// caller's FlushRollUps should have: its effects are lost here).
+		if err := t.flushCarried(ctx); err != nil {
+			return err
+		}
 		return t.flushEvents(ctx)
 	}
 	defer func() {
@@ -230,6 +235,11 @@ type txn struct {
 	// SELECT … FOR UPDATE), so job changes in a run are serialized and the
 	// needs and roll-up checks see every committed sibling.
 	locked map[string]bool
+	// deferRollUp, carried and carriedEff: a roll-up check waiting for the
+	// next claim, and what such checks changed (carriedrollup.go).
+	deferRollUp bool
+	carried     *carriedRollUp
+	carriedEff  Effects
 	// ended are the jobs that reached a terminal status and wait for settle.
 	ended []runrules.Ended
 	// dirty are runs to roll up at settle.
