@@ -456,11 +456,10 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 		return 0, err
 	}
 	if len(at) == 0 {
-		if err := rolledUp(); err != nil {
+		// Every end waits to settle: nothing ended, nothing to roll up,
+		// but the deferral ends here, before the batch's other operations.
+		if _, err := tx.FlushRollUps(ctx); err != nil {
 			return 0, err
-		}
-		if len(eff.Runs)+len(eff.Finished)+len(eff.Queued)+len(eff.Cancel) > 0 {
-			effects[0] = eff
 		}
 		return n, nil
 	}
