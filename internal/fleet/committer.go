@@ -338,10 +338,7 @@ func (cm *committer) commit(ctx context.Context, batch []*op) {
 	cm.stats.batchedOps.Add(uint64(len(batch)))
 	var merged store.Effects
 	for _, e := range effects {
-		merged.Queued = append(merged.Queued, e.Queued...)
-		merged.Finished = append(merged.Finished, e.Finished...)
-		merged.Cancel = append(merged.Cancel, e.Cancel...)
-		merged.Runs = append(merged.Runs, e.Runs...)
+		mergeEffects(&merged, e)
 	}
 	if len(merged.Queued)+len(merged.Finished)+len(merged.Cancel)+len(merged.Runs) > 0 {
 		cm.emit(merged)
@@ -430,10 +427,7 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 	}
 	rolledUp := func() error {
 		reff, err := tx.FlushRollUps(ctx)
-		eff.Runs = append(eff.Runs, reff.Runs...)
-		eff.Finished = append(eff.Finished, reff.Finished...)
-		eff.Queued = append(eff.Queued, reff.Queued...)
-		eff.Cancel = append(eff.Cancel, reff.Cancel...)
+		mergeEffects(&eff, reff)
 		return err
 	}
 	var at []int // the completions not left out to settle

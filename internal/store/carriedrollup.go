@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"strings"
 )
 
 // A batch of the fleet's committer ends jobs and then claims their agents'
@@ -74,13 +72,9 @@ func (t *txn) takeCarried() (with string, withArgs []any, open string, openArgs 
 		return "", nil, "", nil, nil
 	}
 	t.carried = nil
-	var b strings.Builder
-	for i, st := range c.steps {
-		fmt.Fprintf(&b, "st%d AS (%s), ", i, st.sql)
-		withArgs = append(withArgs, st.args...)
-	}
+	with, withArgs = withItems(c.steps)
 	open, openArgs = t.openRunsFrom(c.runs)
-	return b.String(), withArgs, open, openArgs, c
+	return with, withArgs, open, openArgs, c
 }
 
 // closeCarried ends the runs of a carried check that are not among open

@@ -155,18 +155,21 @@ func TestHeldWriterChainsItsTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A transaction the commit began that waited too long is rolled
-		// back, and the next Update begins its own: its start is its own
-		// time, not the commit's 100 ms earlier.
-		time.Sleep(100 * time.Millisecond)
+		// back, and the next Update begins its own: not the one the
+		// commit began (its start, xact_start, is not the Update's now()).
+		var begun time.Time
+		if err := db.SQL().QueryRowContext(ctx, "SELECT xact_start FROM pg_stat_activity WHERE pid = $1", pid).Scan(&begun); err != nil {
+			t.Fatal(err)
+		}
 		store.AgeOpen(h)
-		var waited float64
+		var started time.Time
 		if err := h.Update(ctx, func(tx *store.Tx) error {
-			return store.QueryRowIn(tx, "SELECT extract(epoch FROM clock_timestamp() - now())").Scan(&waited)
+			return store.QueryRowIn(tx, "SELECT now()").Scan(&started)
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if waited > 0.05 {
-			t.Fatalf("the Update ran in a transaction begun %.3f s before it, want one of its own", waited)
+		if started.Equal(begun) {
+			t.Fatalf("the Update ran in the transaction the commit began at %v, want one of its own", begun)
 		}
 		h.Close()
 		var open int

@@ -286,20 +286,30 @@ func (t *txn) completeChunk(ctx context.Context, m move, g completionGroup, cs [
 // alone: a job still held under the lease, in a status the move takes, was
 // left out for its uploads in flight; any other is refused as refusal says.
 func (t *txn) leftToSettle(ctx context.Context, m move, l Lease) error {
-	var status kiln.JobStatus
-	var epoch int64
-	err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch)
+	status, epoch, err := t.leaseState(ctx, l)
 	if err == nil && epoch == l.Epoch && slices.Contains(m.from, status) {
 		return unsettledErr(l.JobID)
 	}
-	return t.refusal(ctx, l, "complete")
+	return refused(l, "complete", status, epoch, err)
 }
 
 // refusal explains why a lease-guarded change matched no row.
 func (t *txn) refusal(ctx context.Context, l Lease, what string) error {
+	status, epoch, err := t.leaseState(ctx, l)
+	return refused(l, what, status, epoch, err)
+}
+
+// leaseState reads the job's status and lease epoch.
+func (t *txn) leaseState(ctx context.Context, l Lease) (kiln.JobStatus, int64, error) {
 	var status kiln.JobStatus
 	var epoch int64
 	err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch)
+	return status, epoch, err
+}
+
+// refused is the refusal of what under l for a job read as status and
+// epoch (err: the read's failure).
+func refused(l Lease, what string, status kiln.JobStatus, epoch int64, err error) error {
 	if isNoRows(err) {
 		return notFound("job %s does not exist", l.JobID)
 	}

@@ -80,18 +80,20 @@ func (t *txn) stepsWith(ctx context.Context, steps []stmt) (string, []any, error
 	if !t.db.dialect.writesInWith() {
 		return "", nil, t.execAll(ctx, steps)
 	}
+	items, args := withItems(steps)
+	return "WITH " + strings.TrimSuffix(items, ", ") + " ", args, nil
+}
+
+// withItems renders data-modifying statements as WITH items named s0, s1
+// …, each followed by ", ", with their arguments in order.
+func withItems(steps []stmt) (string, []any) {
 	var b strings.Builder
 	var args []any
 	for i, st := range steps {
-		if i == 0 {
-			b.WriteString("WITH ")
-		} else {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "s%d AS (%s) ", i, st.sql)
+		fmt.Fprintf(&b, "s%d AS (%s), ", i, st.sql)
 		args = append(args, st.args...)
 	}
-	return b.String(), args, nil
+	return b.String(), args
 }
 
 // stmt is a statement and its arguments.

@@ -113,13 +113,11 @@ func startSQL(named string) string {
 // startRefused answers a start that moved nothing: nil for a start
 // repeated under the same lease, else the refusal.
 func (t *txn) startRefused(ctx context.Context, l Lease) error {
-	var status kiln.JobStatus
-	var epoch int64
-	if err := t.queryRow(ctx, "SELECT status, lease_epoch FROM jobs WHERE id = ?", l.JobID).Scan(&status, &epoch); err == nil &&
-		epoch == l.Epoch && (status == sRunning || status == sCancelling) {
+	status, epoch, err := t.leaseState(ctx, l)
+	if err == nil && epoch == l.Epoch && (status == sRunning || status == sCancelling) {
 		return nil
 	}
-	return t.refusal(ctx, l, "start")
+	return refused(l, "start", status, epoch, err)
 }
 
 // startPendingRuns starts the runs among runIDs that are still pending: a
