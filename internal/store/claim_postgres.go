@@ -26,7 +26,12 @@ type claimAsk struct {
 // holds job rows. (FOR UPDATE also locks a row it then skips because a
 // committed update made it no longer queued; a completion that held that
 // job's run and waited for the row would deadlock with it.) A run whose row
-// was busy stays pending until its job starts (Jobs().Start).
+// was busy stays pending until its job starts (Jobs().Start). Those runs
+// are looked up by primary key from the claimed jobs' runs, with a status
+// guard no index serves: planned without statistics (a new install's first
+// burst), the lookup read every pending run through runs_status and joined
+// them with the claimed jobs — 0.9 ms more for a 60-job claim with 5,000
+// runs pending (5.3 against 4.3 ms), growing with the backlog.
 //
 // The statement also records each claim on its run's timeline (the ev
 // insert): no statement of its own, no round trip more. Inside a
@@ -171,7 +176,8 @@ func claimSQLPostgres(carriedWith, fl string, nkeys int, carriedOpen string) str
 		RETURNING j.id, j.run_id, j.name, j.lease_epoch, j.attempts, ` + specOf("j") + ` AS spec, j.queue_key, j.queued_at,
 			who.asks[pick.rn] AS ask, who.agents[pick.rn] AS agent),
 		started AS (UPDATE runs r SET status = 'running', started_at = COALESCE(r.started_at, ?), updated_at = ?
-		WHERE r.id IN (SELECT id FROM runs WHERE id IN (SELECT run_id FROM claimed) AND status = 'pending' FOR UPDATE SKIP LOCKED)
+		FROM (SELECT id FROM runs WHERE id = ANY(ARRAY(SELECT DISTINCT run_id FROM claimed)) AND (status || '') = 'pending' FOR UPDATE SKIP LOCKED) p
+		WHERE r.id = p.id
 		RETURNING r.id),
 		ev AS (INSERT INTO run_events (run_id, job_id, at, type, detail)
 		SELECT run_id, id, ?, '` + EventDispatched + `', 'attempt ' || attempts || ' sent to agent ' || agent FROM claimed` + after + `)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"database/sql"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -43,7 +44,10 @@ func TestClaimPlanUsesTheQueueIndex(t *testing.T) {
 // jobs_queued and update the rows it picked by primary key; and so after an
 // ANALYZE taken while every job was queued. Planned with the update's guard
 // on an indexed status, the update read every queued job once per claimed
-// one: 87 ms for a 40-job claim with 10,000 jobs queued.
+// one: 87 ms for a 40-job claim with 10,000 jobs queued. The runs the claim
+// starts are found the same way, by primary key from the claimed jobs' runs:
+// through runs_status, every pending run was read and compared with every
+// claimed job. Proves B159 (docs/behaviours.md).
 func TestClaimPlanHoldsWithoutStatistics(t *testing.T) {
 	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
 		if db.Dialect() != "postgres" {
@@ -72,6 +76,9 @@ func TestClaimPlanHoldsWithoutStatistics(t *testing.T) {
 				if section == "c0" && (strings.Contains(line, "Sort") || strings.Contains(line, "jobs_queue_expiry")) {
 					t.Fatalf("%s: the claim does not read its key's queue in order through jobs_queued:\n%s", mode, p)
 				}
+				if section == "started" && (strings.Contains(line, "Seq Scan on runs") || readsRunsIndex(line)) {
+					t.Fatalf("%s: the runs the claim starts are not found by primary key from the claimed jobs:\n%s", mode, p)
+				}
 			}
 			if !strings.Contains(p, "jobs_queued") {
 				t.Fatalf("%s: the claim does not read jobs_queued:\n%s", mode, p)
@@ -96,6 +103,19 @@ func TestClaimPlanHoldsWithoutStatistics(t *testing.T) {
 		plans(t, db, "claim_burst", store.ClaimSQLPostgres(1), args, check, "SET enable_seqscan = off")
 	})
 }
+
+// readsRunsIndex reports whether a plan line reads an index of runs other
+// than its primary key.
+func readsRunsIndex(line string) bool {
+	for _, name := range runsIndexName.FindAllString(line, -1) {
+		if name != "runs_pkey" {
+			return true
+		}
+	}
+	return false
+}
+
+var runsIndexName = regexp.MustCompile(`\bruns_\w+`)
 
 // TestQueueStatementsArePlannedForTheTablesSize: pgx prepares a statement
 // once per connection and PostgreSQL may then keep one plan for it, made
