@@ -104,6 +104,24 @@ func TestClaimPlanHoldsWithoutStatistics(t *testing.T) {
 	})
 }
 
+// TestStartingRunsReadsOnlyThoseRuns: a batch of job starts stored with
+// their ends moves the runs still pending to running by primary key,
+// without statistics too; it read every pending run through runs_status to
+// intersect them with its own. Proves B159 (docs/behaviours.md).
+func TestStartingRunsReadsOnlyThoseRuns(t *testing.T) {
+	suite(t, func(t *testing.T, db *store.DB, _ *storetest.Clock) {
+		if db.Dialect() != "postgres" {
+			t.Skip("SQLite reads a row by its key")
+		}
+		queueRuns(t, db, 40, 16)
+		plans(t, db, "start_runs", store.StartRunsSQLPostgres(), "(0, 0, ARRAY['run-a', 'run-b'])", func(mode, p string) {
+			if strings.Contains(p, "Seq Scan on runs") || readsRunsIndex(p) {
+				t.Fatalf("%s: the runs to start are not read by primary key alone:\n%s", mode, p)
+			}
+		}, "SET enable_seqscan = off")
+	})
+}
+
 // readsRunsIndex reports whether a plan line reads an index of runs other
 // than its primary key.
 func readsRunsIndex(line string) bool {

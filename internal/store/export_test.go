@@ -17,6 +17,13 @@ const ClaimBranchPostgres = claimBranchPostgres
 // PostgreSQL, for the plan test in package store_test.
 func ClaimSQLPostgres(nkeys int) string { return claimSQLPostgres("", "", nkeys, "") }
 
+// StartRunsSQLPostgres is the start of the runs a batch of starts left
+// pending (CompleteBatch), on PostgreSQL, for the plan test.
+func StartRunsSQLPostgres() string {
+	in, _ := postgresDialect{}.oneOf("id", nil)
+	return startRunsSQL(in)
+}
+
 // ExpirySweep is the expiry sweep's read, for the plan test.
 const ExpirySweep = expirySweep
 
