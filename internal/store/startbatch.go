@@ -120,8 +120,8 @@ func (t *txn) startRefused(ctx context.Context, l Lease) error {
 	return refused(l, "start", status, epoch, err)
 }
 
-// startRunsSQL moves the runs in selects (a dialect's oneOf) that are still
-// pending to running. Its status guard is written so that no index serves
+// startRunsSQL moves to running the runs that the condition in (a
+// dialect's oneOf on id) picks and that are still pending. Its status guard is written so that no index serves
 // it: without statistics PostgreSQL read every pending run through
 // runs_status to intersect them with the runs asked for (B159).
 func startRunsSQL(in string) string {
