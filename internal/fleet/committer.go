@@ -419,16 +419,12 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 		cs[i].Started = o.startOf != nil
 	}
 	// The ends' roll-up check rides in the next claims' statement (one
-	// round trip less on PostgreSQL); rolledUp adds what it changed.
+	// round trip less on PostgreSQL); FlushRollUps, at the end, returns
+	// what it changed.
 	tx.DeferRollUps()
 	errs, eff, err := tx.Jobs().CompleteBatch(ctx, cs)
 	if err != nil {
 		return 0, err
-	}
-	rolledUp := func() error {
-		reff, err := tx.FlushRollUps(ctx)
-		mergeEffects(&eff, reff)
-		return err
 	}
 	var at []int // the completions not left out to settle
 	var chunks []store.Chunk
@@ -492,9 +488,11 @@ func (cm *committer) completions(ctx context.Context, tx *store.Tx, ops []*op, r
 			}
 		}
 	}
-	if err := rolledUp(); err != nil {
+	rolled, err := tx.FlushRollUps(ctx)
+	if err != nil {
 		return 0, err
 	}
+	mergeEffects(&eff, rolled)
 	effects[at[0]] = eff
 	return n, nil
 }

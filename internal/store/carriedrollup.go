@@ -41,7 +41,7 @@ func (tx *Tx) FlushRollUps(ctx context.Context) (Effects, error) {
 // deferRollUpOf reports whether rollUpRuns may leave runIDs' check to the
 // next claim, and if so records it.
 func (t *txn) deferRollUpOf(runIDs []string, steps []stmt) bool {
-	if !t.deferRollUp || t.carried != nil || !t.db.dialect.writesInWith() || len(runIDs) == 0 || len(runIDs) > 500 {
+	if !t.deferRollUp || t.carried != nil || !t.db.dialect.writesInWith() || len(runIDs) == 0 || len(runIDs) > rollUpChunk {
 		return false
 	}
 	t.carried = &carriedRollUp{runs: runIDs, steps: steps}

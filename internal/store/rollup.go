@@ -13,6 +13,10 @@ import (
 // The end of a job's story: its run rolls up when it was the last one, and
 // its steps are settled.
 
+// rollUpChunk is the most runs one roll-up check reads; a check of more is
+// split, and is never carried by a claim (deferRollUpOf).
+const rollUpChunk = 500
+
 // rollUpRuns ends the runs among runIDs whose jobs have all ended, with
 // kiln.RollUp's status. One query finds the runs still open. The step
 // settles (stepEnds) are run first; on PostgreSQL they ride in that query
@@ -21,8 +25,8 @@ func (t *txn) rollUpRuns(ctx context.Context, runIDs []string, steps []stmt) err
 	if t.deferRollUpOf(runIDs, steps) {
 		return nil // carried by the next claim (carriedrollup.go)
 	}
-	for start := 0; start < len(runIDs); start += 500 {
-		chunk := runIDs[start:min(start+500, len(runIDs))]
+	for start := 0; start < len(runIDs); start += rollUpChunk {
+		chunk := runIDs[start:min(start+rollUpChunk, len(runIDs))]
 		with, withArgs, err := t.stepsWith(ctx, steps)
 		if err != nil {
 			return err

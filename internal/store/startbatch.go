@@ -121,9 +121,10 @@ func (t *txn) startRefused(ctx context.Context, l Lease) error {
 }
 
 // startRunsSQL moves to running the runs that the condition in (a
-// dialect's oneOf on id) picks and that are still pending. Its status guard is written so that no index serves
-// it: without statistics PostgreSQL read every pending run through
-// runs_status to intersect them with the runs asked for (B159).
+// dialect's oneOf on id) picks and that are still pending. Its status guard
+// is written so that no index serves it: without statistics PostgreSQL read
+// every pending run through runs_status to intersect them with the runs
+// asked for (B159).
 func startRunsSQL(in string) string {
 	return "UPDATE runs SET status = '" + string(kiln.RunRunning) + "', started_at = COALESCE(started_at, ?), updated_at = ? WHERE " +
 		in + " AND (status || '') = '" + string(kiln.RunPending) + "' RETURNING id, number"
