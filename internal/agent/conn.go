@@ -303,7 +303,7 @@ func (s *session) readLoop(ctx context.Context) error {
 // writeLoop writes the outbox's frames in seq order: first the replay of
 // everything unacknowledged, then new frames as jobs report them.
 func (s *session) writeLoop(ctx context.Context) error {
-	enc := newFrameEncoder()
+	enc := proto.NewEncoder()
 	for {
 		wrote, err := s.writeReady(ctx, enc)
 		if err != nil {
@@ -327,7 +327,7 @@ const maxCorked = 256 << 10
 // they leave in one write(2) and the orchestrator reads them at once: a
 // job's acknowledgement with its running status (addStatusAfter), a step's
 // last lines with its status, a job's end with its step's.
-func (s *session) writeReady(ctx context.Context, enc *frameEncoder) (wrote bool, err error) {
+func (s *session) writeReady(ctx context.Context, enc *proto.Encoder) (wrote bool, err error) {
 	defer func() {
 		if wrote {
 			s.net.Uncork()
@@ -355,7 +355,7 @@ func (s *session) writeReady(ctx context.Context, enc *frameEncoder) (wrote bool
 				return wrote, err
 			}
 		}
-		b, err := enc.encode(seq, m)
+		b, err := enc.Encode(seq, m)
 		if err != nil {
 			// Cannot happen with cleaned frames; skipping one is better
 			// than replaying it forever.

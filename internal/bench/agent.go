@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	gojson "github.com/goccy/go-json"
 
 	"github.com/kilnci/kiln"
 	"github.com/kilnci/kiln/internal/cork"
@@ -28,7 +29,14 @@ type agent struct {
 	id  string
 	job func(a *agent, d *proto.Dispatch, at time.Time)
 
+	// jobs hands dispatches to the agent's job goroutines, which live as
+	// long as the connection: a goroutine a dispatch started on a small
+	// stack and grew it in the JSON encoder for every job, a tenth of the
+	// bench's CPU.
+	jobs chan dispatched
+
 	mu      sync.Mutex
+	enc     *proto.Encoder // under mu
 	seq     uint64
 	waiters []ackWaiter
 	acked   uint64        // the server's last acknowledgement
@@ -36,6 +44,12 @@ type agent struct {
 
 	closed chan struct{}
 	err    error // why the read loop ended, once closed is
+}
+
+// dispatched is a job the server sent, with when it arrived.
+type dispatched struct {
+	d  *proto.Dispatch
+	at time.Time
 }
 
 // ackWaiter is called once the server acknowledged frame seq.
@@ -63,7 +77,7 @@ func dialAgent(ctx context.Context, url, token, id string, labels []string, maxJ
 		return nil, fmt.Errorf("agent %s: connect: %w", id, err)
 	}
 	ws.SetReadLimit(64 << 20)
-	a := &agent{ws: ws, net: nc, id: id, job: job, ackSig: make(chan struct{}), closed: make(chan struct{})}
+	a := &agent{ws: ws, net: nc, id: id, job: job, enc: proto.NewEncoder(), ackSig: make(chan struct{}), closed: make(chan struct{})}
 	for _, m := range []proto.Message{
 		&proto.Auth{Token: token, ProtocolVersion: proto.Version, AgentVersion: "bench"},
 		&proto.Register{AgentID: id, AgentSecret: agentSecretFor(id), Labels: labels, MaxJobs: maxJobs, OS: "linux", Arch: "amd64", Hostname: "bench"},
@@ -86,6 +100,10 @@ func dialAgent(ctx context.Context, url, token, id string, labels []string, maxJ
 		}
 	}
 	if job != nil {
+		a.jobs = make(chan dispatched)
+		for range maxJobs {
+			go a.work()
+		}
 		go a.read()
 	}
 	return a, nil
@@ -105,7 +123,7 @@ func (a *agent) sendSeq(ctx context.Context, m proto.Message) (uint64, error) {
 		a.seq++
 		seq = a.seq
 	}
-	f, err := proto.Encode(seq, m)
+	f, err := a.enc.Encode(seq, m)
 	if err != nil {
 		return 0, err
 	}
@@ -117,7 +135,7 @@ func (a *agent) sendThen(ctx context.Context, m proto.Message, done func()) erro
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.seq++
-	f, err := proto.Encode(a.seq, m)
+	f, err := a.enc.Encode(a.seq, m)
 	if err != nil {
 		return err
 	}
@@ -135,7 +153,7 @@ func (a *agent) read() {
 			return
 		}
 		at := time.Now()
-		_, m, err := proto.Decode(f)
+		m, err := decodeServerFrame(f)
 		if err != nil {
 			a.err = err
 			a.ws.CloseNow()
@@ -143,13 +161,69 @@ func (a *agent) read() {
 		}
 		switch m := m.(type) {
 		case *proto.Dispatch:
-			go a.job(a, m, at)
+			select {
+			case a.jobs <- dispatched{m, at}:
+			default: // every job goroutine is busy: run it beside them, as before
+				go a.job(a, m, at)
+			}
 		case *proto.Ack:
 			a.onAck(m.Seq)
 		case *proto.Error:
 			a.err = fmt.Errorf("the server sent %s: %s", m.Code, m.Message)
 		}
 	}
+}
+
+// work runs the jobs read hands over until the connection ends.
+func (a *agent) work() {
+	for {
+		select {
+		case j := <-a.jobs:
+			a.job(a, j.d, j.at)
+		case <-a.closed:
+			return
+		}
+	}
+}
+
+// serverFrame is what a scripted agent reads of the server's frames: the
+// fields of the three types it acts on. A dispatch's spec is skipped, not
+// decoded: a real agent decodes it on its own machine, and on the bench's
+// the load generator's CPU is taken from the server it measures (the same
+// reason its log viewers count lines without decoding them).
+type serverFrame struct {
+	Type string `json:"type"`
+	Data struct {
+		JobID      string `json:"job_id"`
+		RunID      string `json:"run_id"`
+		LeaseEpoch int64  `json:"lease_epoch"`
+		Attempt    int    `json:"attempt"`
+		Seq        uint64 `json:"seq"`
+		Code       string `json:"code"`
+		Message    string `json:"message"`
+	} `json:"data"`
+}
+
+// decodeServerFrame reads a dispatch, an ack or an error; other frames
+// come back as nil.
+func decodeServerFrame(f []byte) (proto.Message, error) {
+	var sf serverFrame
+	if err := gojson.Unmarshal(f, &sf); err != nil {
+		return nil, fmt.Errorf("a frame from the server does not decode: %w", err)
+	}
+	d := &sf.Data
+	switch sf.Type {
+	case proto.TypeDispatch:
+		if d.JobID == "" || d.LeaseEpoch < 1 {
+			return nil, fmt.Errorf("a dispatch from the server has no job id or lease epoch: %.200s", f)
+		}
+		return &proto.Dispatch{JobID: d.JobID, RunID: d.RunID, LeaseEpoch: d.LeaseEpoch, Attempt: d.Attempt}, nil
+	case proto.TypeAck:
+		return &proto.Ack{Seq: d.Seq}, nil
+	case proto.TypeError:
+		return &proto.Error{Code: d.Code, Message: d.Message}, nil
+	}
+	return nil, nil
 }
 
 func (a *agent) onAck(seq uint64) {

@@ -23,6 +23,10 @@ type dispatchResult struct {
 	claimP50   time.Duration // an agent's claim committed (the server's histogram)
 	claimP99   time.Duration
 	cpuPerJob  time.Duration // the server's CPU time per job, from run creation to success
+	// benchCPUPerJob is the bench process's own (its agents', mostly) over
+	// the same window, or negative where it cannot be read: on one machine
+	// the load generator's share is CPU the server did not have.
+	benchCPUPerJob time.Duration
 }
 
 // dispatch measures no-op jobs through each agent count, first with an
@@ -58,6 +62,10 @@ func (b *bench) dispatch(ctx context.Context) error {
 			b.add(ScenarioDispatch, fmt.Sprintf("%d agents: no-op jobs / raw SKIP LOCKED loop", n), plain.jobsPerSec/raw, "ratio", rawTarget)
 		}
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents: server CPU per job", n), float64(plain.cpuPerJob.Microseconds()), "µs", nil)
+		if plain.benchCPUPerJob >= 0 {
+			b.add(ScenarioDispatch, fmt.Sprintf("%d agents: the bench's own CPU per job (its agents)", n),
+				float64(plain.benchCPUPerJob.Microseconds()), "µs", nil)
+		}
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents, half the queue unmatchable: no-op jobs", n), withBacklog.jobsPerSec, "jobs/s", nil)
 		// "No slowdown": within a tenth of the plain number.
 		b.add(ScenarioDispatch, fmt.Sprintf("%d agents: throughput with backlog / without", n),
@@ -172,7 +180,7 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool, hold time
 	if err != nil {
 		return dispatchResult{}, err
 	}
-	t0 := time.Now()
+	t0, self0 := time.Now(), selfCPU()
 	if err := dispatchRuns(ctx, s.serverProc, "noop.yml", runs); err != nil {
 		return dispatchResult{}, err
 	}
@@ -192,14 +200,17 @@ func (b *bench) dispatchOnce(ctx context.Context, n int, backlog bool, hold time
 	if err := b.waitFinished(ctx, s.serverProc, allDone, &finished, total); err != nil {
 		return dispatchResult{}, err
 	}
-	elapsed := time.Since(t0)
+	elapsed, self1 := time.Since(t0), selfCPU()
 	cpu1, claims1, err := cpuAndClaims(ctx, s.serverProc)
 	if err != nil {
 		return dispatchResult{}, err
 	}
 	r := dispatchResult{jobsPerSec: perSec(total, elapsed), nextP50: gaps.percentile(0.5), nextP99: gaps.percentile(0.99),
 		claimP50: histogramQuantile(claims0, claims1, 0.5), claimP99: histogramQuantile(claims0, claims1, 0.99),
-		cpuPerJob: time.Duration((cpu1 - cpu0) * float64(time.Second) / float64(total))}
+		cpuPerJob: time.Duration((cpu1 - cpu0) * float64(time.Second) / float64(total)), benchCPUPerJob: -1}
+	if self0 >= 0 && self1 >= 0 {
+		r.benchCPUPerJob = (self1 - self0) / time.Duration(total)
+	}
 	b.progress("   %d jobs in %s: %.0f jobs/s", total, elapsed.Round(time.Millisecond), r.jobsPerSec)
 	return r, nil
 }

@@ -47,3 +47,26 @@ func BenchmarkEncodeLog50(b *testing.B) {
 	}
 	b.ReportMetric(50*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
 }
+
+// BenchmarkEncodeJobStatus is a job's success frame, the one every job
+// sends: once through Encode, once through a reused Encoder.
+func BenchmarkEncodeJobStatus(b *testing.B) {
+	m := &JobStatus{JobID: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", LeaseEpoch: 1, Status: "success", Time: time.Now()}
+	b.Run("Encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Encode(3, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Encoder", func(b *testing.B) {
+		enc := NewEncoder()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := enc.Encode(3, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 
 	gojson "github.com/goccy/go-json"
 )
@@ -29,26 +30,50 @@ func (e *DecodeError) Error() string { return e.Code + ": " + e.Message }
 // (BenchmarkDecodeLog50); the wire format is plain JSON either way.
 
 // Encode renders a message as a frame. seq must be set (≥ 1) for durable
-// message types and zero for the others.
+// message types and zero for the others. The data is marshalled once and
+// the envelope written around it by hand: marshalling the envelope too
+// would copy and re-scan the data. Encoder does the same into a buffer it
+// reuses, for a writer that sends many frames.
 func Encode(seq uint64, m Message) ([]byte, error) {
-	if l, ok := m.(*Log); ok && seq > 0 {
-		out := appendLogFrame(make([]byte, 0, logFrameSize(l)), seq, l)
-		if len(out) > MaxFrameBytes {
-			return nil, fmt.Errorf("encode %s: frame of %d bytes exceeds %d", m.Type(), len(out), MaxFrameBytes)
-		}
-		return out, nil
+	if err := checkSeq(seq, m); err != nil {
+		return nil, err
+	}
+	if l, ok := m.(*Log); ok {
+		return checkSize(m, appendLogFrame(make([]byte, 0, logFrameSize(l)), seq, l))
 	}
 	data, err := gojson.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
 	}
+	out := appendHeader(make([]byte, 0, len(data)+len(m.Type())+envelopeBytes), m.Type(), seq)
+	return checkSize(m, append(append(out, data...), '}'))
+}
+
+// envelopeBytes bounds what the envelope adds to a frame's data.
+const envelopeBytes = 64
+
+// appendHeader writes the envelope up to its data: {"type":…,"seq":…,"data":
+// with seq left out when it is zero, as the envelope's omitempty would.
+// Message types are plain ASCII and need no escaping.
+func appendHeader(b []byte, typ string, seq uint64) []byte {
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, '"')
+	if seq > 0 {
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, seq, 10)
+	}
+	return append(b, `,"data":`...)
+}
+
+func checkSeq(seq uint64, m Message) error {
 	if Durable(m.Type()) != (seq > 0) {
-		return nil, fmt.Errorf("encode %s: seq %d is wrong for this message type", m.Type(), seq)
+		return fmt.Errorf("encode %s: seq %d is wrong for this message type", m.Type(), seq)
 	}
-	out, err := gojson.Marshal(frame{Type: m.Type(), Seq: seq, Data: data})
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
-	}
+	return nil
+}
+
+func checkSize(m Message, out []byte) ([]byte, error) {
 	if len(out) > MaxFrameBytes {
 		return nil, fmt.Errorf("encode %s: frame of %d bytes exceeds %d", m.Type(), len(out), MaxFrameBytes)
 	}
